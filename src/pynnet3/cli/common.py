@@ -1,0 +1,167 @@
+"""Kaldi-style command lines on top of click.
+
+Kaldi binaries accept ``--opt=value``; pynnet3 also accepts ``--opt value``,
+``--opt`` alone for a boolean (meaning true), ``--config=file`` (lines of
+``--opt=value``, overridden by the command line), ``--help``, ``--verbose=N``
+and underscores in option names (``--frames_per_chunk``), which Kaldi
+normalises to hyphens.  Each binary echoes its command line to stderr and
+reports errors as one ``ERROR (...)`` line with exit status 1, never a
+traceback.
+"""
+from __future__ import annotations
+
+import shlex
+import sys
+from typing import Any, Callable, Sequence
+
+import click
+
+from .. import log
+from ..errors import PynnetError, UsageError
+
+
+class KaldiBool(click.ParamType):
+    """Kaldi's bool option values: true/false (also t/f, 1/0, any case)."""
+
+    name = "bool"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> bool:
+        if isinstance(value, bool):
+            return value
+        v = str(value).strip().lower()
+        if v in ("true", "t", "1", "yes"):
+            return True
+        if v in ("false", "f", "0", "no"):
+            return False
+        self.fail(f"invalid boolean value '{value}' (expected true or false)", param, ctx)
+
+
+BOOL = KaldiBool()
+_BOOL_WORDS = {"true", "false", "t", "f", "True", "False", "TRUE", "FALSE"}
+
+
+def bool_option(name: str, default: bool, help: str) -> Callable:
+    """A Kaldi bool option: ``--name``, ``--name=true|false``, ``--name false``."""
+    return click.option(name, type=BOOL, default=default, show_default=True, help=help)
+
+
+def _read_config_file(path: str, seen: set[str]) -> list[str]:
+    if path in seen:
+        raise UsageError(f"--config file {path} includes itself")
+    seen = seen | {path}
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise UsageError(f"cannot read --config file {path}: {e.strerror}") from None
+    args: list[str] = []
+    for num, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        if not line.startswith("--"):
+            raise UsageError(f"{path}:{num}: expected --option=value, got '{line}'")
+        if line.startswith("--config="):
+            args += _read_config_file(line.split("=", 1)[1], seen)
+        else:
+            args.append(line)
+    return args
+
+
+def normalize_argv(argv: Sequence[str], command: click.Command) -> list[str]:
+    """Turn Kaldi-style arguments into the form click parses unambiguously."""
+    bool_opts = {opt for p in command.params if isinstance(p, click.Option)
+                 and isinstance(p.type, KaldiBool) for opt in p.opts}
+    config_args: list[str] = []
+    out: list[str] = []
+    i = 0
+    positional_only = False
+    argv = list(argv)
+    while i < len(argv):
+        a = argv[i]
+        i += 1
+        if positional_only or not a.startswith("--") or a == "--":
+            if a == "--":
+                positional_only = True
+            out.append(a)
+            continue
+        name, eq, value = a.partition("=")
+        name = "--" + name[2:].replace("_", "-")
+        if name == "--config":
+            if not eq:
+                if i >= len(argv):
+                    raise UsageError("--config needs a file name")
+                value = argv[i]
+                i += 1
+            config_args += normalize_argv(_read_config_file(value, set()), command)
+            continue
+        if not eq and name in bool_opts:
+            if i < len(argv) and argv[i] in _BOOL_WORDS:
+                value = argv[i]
+                i += 1
+            else:
+                value = "true"
+            eq = "="
+        out.append(name + eq + value if eq else name)
+    # Options from --config come first so that the command line overrides them.
+    return config_args + out
+
+
+def run(command: click.Command, prog: str, argv: Sequence[str] | None = None) -> int:
+    """Run a binary: echo the command line, parse, map errors to exit codes."""
+    if argv is None:
+        argv = sys.argv[1:]
+    log.set_program_name(prog)
+    sys.stderr.write(" ".join([prog] + [shlex.quote(a) for a in argv]) + "\n")
+    try:
+        args = normalize_argv(argv, command)
+        command.main(args, prog_name=prog, standalone_mode=False)
+    except click.exceptions.Exit as e:
+        return int(e.exit_code or 0)
+    except click.exceptions.Abort:
+        log.error("aborted")
+        return 1
+    except click.UsageError as e:
+        sys.stderr.write(command.get_help(click.Context(command, info_name=prog)) + "\n\n")
+        log.error(e.format_message())
+        return 1
+    except click.ClickException as e:
+        log.error(e.format_message())
+        return 1
+    except PynnetError as e:
+        log.error(str(e))
+        return 1
+    except BrokenPipeError:
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def common_options(f: Callable) -> Callable:
+    """Options every Kaldi binary has (``--config`` is handled before click)."""
+    f = click.option("--verbose", type=int, default=0, show_default=True,
+                     help="Verbose level (higher -> more logging).",
+                     callback=lambda ctx, p, v: (log.set_verbose(v), v)[1], expose_value=False)(f)
+    f = click.option("--config", type=str, default=None, expose_value=False,
+                     help="Configuration file to read (lines of --option=value).")(f)
+    return f
+
+
+def kaldi_command(usage: str) -> Callable[[Callable], click.Command]:
+    """Decorator making a click command with Kaldi's usage text as help."""
+
+    def deco(f: Callable) -> click.Command:
+        cmd = click.command(help=usage, context_settings={
+            "help_option_names": ["--help", "-h"],
+            "max_content_width": 100,
+        })(common_options(f))
+        return cmd
+
+    return deco
+
+
+def check_num_args(args: Sequence[str], allowed: Sequence[int]) -> None:
+    if len(args) not in allowed:
+        expect = " or ".join(str(a) for a in allowed)
+        raise click.UsageError(f"wrong number of arguments: got {len(args)}, expected {expect}")

@@ -1,0 +1,46 @@
+"""Typed errors of pynnet3.
+
+Library code raises these; only the command-line layer turns them into a
+Kaldi-style ``ERROR (...)`` line and a non-zero exit status.
+"""
+from __future__ import annotations
+
+
+class PynnetError(Exception):
+    """Base class of every error pynnet3 raises for bad input or bad state."""
+
+
+class FormatError(PynnetError):
+    """A Kaldi file (model, matrix, egs ...) is malformed or truncated.
+
+    ``where`` names the file and, when known, the byte offset or token.
+    """
+
+    def __init__(self, message: str, where: str | None = None) -> None:
+        self.where = where
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class ConfigError(PynnetError):
+    """A config line (or option value) is wrong.
+
+    ``source`` is the file name and ``line_number`` the 1-based line number,
+    so that the message points at the place to fix.
+    """
+
+    def __init__(self, message: str, source: str | None = None,
+                 line_number: int | None = None, line: str | None = None) -> None:
+        self.source = source
+        self.line_number = line_number
+        self.line = line
+        place = ""
+        if source is not None:
+            place = source if line_number is None else f"{source}:{line_number}"
+        text = f"{place}: {message}" if place else message
+        if line is not None:
+            text += f" (in line: {line.strip()})"
+        super().__init__(text)
+
+
+class UsageError(PynnetError):
+    """Wrong command-line usage (number of arguments, option values)."""

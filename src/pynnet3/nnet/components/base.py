@@ -1,0 +1,397 @@
+"""The Component interface, Kaldi's property flags and the type registry.
+
+Every Kaldi component type is a subclass of :class:`Component` registered
+under its Kaldi type name (``AffineComponent``).  A component knows:
+
+* its configuration (:meth:`init_from_config`, Kaldi's ``InitFromConfig``),
+* its file format (:meth:`read` / :meth:`write`, Kaldi's ``Read``/``Write``;
+  ``read`` is called after the opening ``<TypeName>`` token was consumed),
+* its summary line (:meth:`info`, the text of Kaldi's ``Info()``),
+* its dims and property flags,
+* and the hooks the compiler and executor use (``get_input_indexes``,
+  ``is_computable``, ``reorder_indexes``, ``precompute_indexes``,
+  ``propagate``, ``backprop``, ``store_stats`` ...).  Simple components use the
+  defaults; their math is implemented in later stages.
+"""
+from __future__ import annotations
+
+import enum
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ...errors import ConfigError, FormatError
+from ...kaldi_io import KaldiReader, KaldiWriter
+from ..config_line import ConfigLine
+
+
+class Prop(enum.IntFlag):
+    """Kaldi's ComponentProperties bit flags (same values)."""
+
+    SIMPLE = 0x001
+    UPDATABLE = 0x002
+    PROPAGATE_IN_PLACE = 0x004
+    PROPAGATE_ADDS = 0x008
+    REORDERS_INDEXES = 0x010
+    BACKPROP_ADDS = 0x020
+    BACKPROP_NEEDS_INPUT = 0x040
+    BACKPROP_NEEDS_OUTPUT = 0x080
+    BACKPROP_IN_PLACE = 0x100
+    STORES_STATS = 0x200
+    INPUT_CONTIGUOUS = 0x400
+    OUTPUT_CONTIGUOUS = 0x800
+    USES_MEMO = 0x1000
+    RANDOM = 0x2000
+
+
+_REGISTRY: dict[str, type["Component"]] = {}
+
+
+def register(cls: type["Component"]) -> type["Component"]:
+    """Class decorator: make ``cls`` constructible by its Kaldi type name."""
+    name = cls.type_name
+    if not name or name in _REGISTRY:
+        raise RuntimeError(f"component type {name!r} registered twice or unnamed")
+    _REGISTRY[name] = cls
+    return cls
+
+
+def component_types() -> list[str]:
+    from . import _load_all  # noqa: F401  (ensures every family registered)
+
+    return sorted(_REGISTRY)
+
+
+def new_component_of_type(type_name: str) -> "Component | None":
+    from . import _load_all  # noqa: F401
+
+    cls = _REGISTRY.get(type_name)
+    return cls() if cls is not None else None
+
+
+def read_component(r: KaldiReader) -> "Component":
+    """Kaldi's Component::ReadNew: ``<TypeName>`` then the component's body."""
+    token = r.read_token()
+    if not (token.startswith("<") and token.endswith(">")):
+        raise r.error(f"expected a component type token like <AffineComponent>, got {token[:40]}")
+    type_name = token[1:-1]
+    comp = new_component_of_type(type_name)
+    if comp is None:
+        raise r.error(f"unknown component type {type_name}")
+    comp.read(r)
+    return comp
+
+
+# ---------------------------------------------------------------------------
+# Formatting helpers shared by Info() implementations (Kaldi's nnet-parse.cc)
+
+
+def fmt_g(value: float, precision: int = 6) -> str:
+    """C++ ``operator<<`` of a float in default notation with ``precision``."""
+    return "%.*g" % (precision, float(value))
+
+
+def fmt_bool(value: bool) -> str:
+    """C++ ``operator<<`` of a bool with std::boolalpha (Kaldi's Info uses it)."""
+    return "true" if value else "false"
+
+
+def _print_float_succinctly(f: float) -> str:
+    a = abs(f)
+    if 10.0 <= a < 10000.0:
+        return "%.0f" % f
+    if a >= 0.995:
+        return "%.1f" % f
+    if a >= 0.01:
+        return "%.2f" % f
+    return "%.1g" % f
+
+
+_PERCENTILES = (0, 1, 2, 5, 10, 20, 50, 80, 90, 95, 98, 99, 100)
+
+
+def summarize_vector(vec: np.ndarray) -> str:
+    """Kaldi's SummarizeVector: the values if fewer than 10, else percentiles."""
+    v = np.asarray(vec, dtype=np.float32).reshape(-1)
+    if v.shape[0] < 10:
+        return "[ " + "".join(_print_float_succinctly(float(x)) + " " for x in v) + "]"
+    d = v.shape[0]
+    mean = np.float32(np.float32(v.astype(np.float64).sum()) / np.float32(d))
+    sumsq = np.float32(np.dot(v.astype(np.float64), v.astype(np.float64)))
+    var = np.float32(sumsq / np.float32(d) - mean * mean)
+    stddev = math.sqrt(var) if var > 0 else (0.0 if var == 0 else float("nan"))
+    s = np.sort(v)
+    n = d - 1
+    parts = []
+    for i, p in enumerate(_PERCENTILES):
+        parts.append(_print_float_succinctly(float(s[(n * p) // 100])))
+        if i + 1 < len(_PERCENTILES):
+            parts.append(" " if i in (3, 8) else ",")
+    return ("[percentiles(0,1,2,5 10,20,50,80,90 95,98,99,100)=(" + "".join(parts)
+            + f"), mean={fmt_g(mean, 3)}, stddev={fmt_g(np.float32(stddev), 3)}]")
+
+
+def _mean_stddev(x: np.ndarray) -> tuple[float, float]:
+    x64 = np.asarray(x, dtype=np.float64).reshape(-1)
+    d = x64.shape[0]
+    mean = np.float32(np.float32(x64.sum()) / np.float32(d))
+    var = np.float32(np.float32(np.dot(x64, x64)) / np.float32(d) - mean * mean)
+    stddev = np.float32(math.sqrt(var)) if var >= 0 else np.float32("nan")
+    return float(mean), float(stddev)
+
+
+def _rms(x: np.ndarray) -> float:
+    x64 = np.asarray(x, dtype=np.float64).reshape(-1)
+    d = x64.shape[0]
+    return float(np.float32(math.sqrt(np.float32(np.float32(np.dot(x64, x64)) / np.float32(d)))))
+
+
+def print_parameter_stats(name: str, params: np.ndarray, include_mean: bool = False,
+                          include_row_norms: bool = False,
+                          include_column_norms: bool = False,
+                          include_singular_values: bool = False) -> str:
+    """Kaldi's PrintParameterStats for a vector or a matrix (returns the text)."""
+    out = [f", {name}-"]
+    if include_mean:
+        mean, stddev = _mean_stddev(params)
+        out.append(f"{{mean,stddev}}={fmt_g(mean, 4)},{fmt_g(stddev, 4)}")
+    else:
+        out.append(f"rms={fmt_g(_rms(params), 4)}")
+    p = np.asarray(params, dtype=np.float32)
+    if p.ndim == 2:
+        p64 = p.astype(np.float64)
+        if include_row_norms:
+            out.append(f", {name}-row-norms=" + summarize_vector(np.sqrt((p64 * p64).sum(axis=1))))
+        if include_column_norms:
+            out.append(f", {name}-col-norms=" + summarize_vector(np.sqrt((p64 * p64).sum(axis=0))))
+        if include_singular_values:
+            sv = np.linalg.svd(p64, compute_uv=False)
+            out.append(f", {name}-singular-values=" + summarize_vector(sv))
+    return "".join(out)
+
+
+# ---------------------------------------------------------------------------
+
+
+class Component:
+    """Base of all components.  Subclasses set ``type_name`` and override."""
+
+    type_name: ClassVar[str] = ""
+
+    # -- identity and dims -------------------------------------------------
+    def input_dim(self) -> int:
+        raise NotImplementedError
+
+    def output_dim(self) -> int:
+        raise NotImplementedError
+
+    def properties(self) -> int:
+        raise NotImplementedError
+
+    def is_updatable(self) -> bool:
+        return bool(self.properties() & Prop.UPDATABLE)
+
+    # -- configuration -------------------------------------------------------
+    def init_from_config(self, cfl: ConfigLine) -> None:
+        raise NotImplementedError
+
+    def config_error(self, cfl: ConfigLine, message: str) -> ConfigError:
+        return cfl.error(f"{self.type_name}: {message}")
+
+    # -- I/O -------------------------------------------------------------------
+    def read(self, r: KaldiReader) -> None:
+        """Read the body; the opening ``<TypeName>`` token is already consumed."""
+        raise NotImplementedError
+
+    def write(self, w: KaldiWriter) -> None:
+        """Write ``<TypeName> ... </TypeName>``."""
+        raise NotImplementedError
+
+    def opening_tag(self) -> str:
+        return f"<{self.type_name}>"
+
+    def closing_tag(self) -> str:
+        return f"</{self.type_name}>"
+
+    def expect_opening_or(self, r: KaldiReader, token: str) -> None:
+        """Kaldi's ExpectOneOrTwoTokens(<TypeName>, token): the tag is optional."""
+        r.expect_one_or_two_tokens(self.opening_tag(), token)
+
+    # -- summary -----------------------------------------------------------
+    def info(self) -> str:
+        """Kaldi's Component::Info() default: type, input-dim, output-dim."""
+        return f"{self.type_name}, input-dim={self.input_dim()}, output-dim={self.output_dim()}"
+
+    def copy(self) -> "Component":
+        import copy
+
+        return copy.deepcopy(self)
+
+    # -- parameters (updatable components override) ------------------------
+    def num_parameters(self) -> int:
+        return 0
+
+    def scale(self, alpha: float) -> None:
+        """Scale parameters (and stats, for components that store them)."""
+
+    def add(self, alpha: float, other: "Component") -> None:
+        """this += alpha * other (parameters, and stats where Kaldi adds them)."""
+
+    def zero_stats(self) -> None:
+        """Forget stored statistics (StoresStats components override)."""
+
+    # -- compiler hooks (non-simple components override) --------------------
+    def get_input_indexes(self, misc_info: Any, output_index: tuple) -> list[tuple]:
+        """Indexes of the input needed to compute ``output_index``."""
+        return [output_index]
+
+    def is_computable(self, misc_info: Any, output_index: tuple,
+                      input_index_set: Any) -> tuple[bool, list[tuple]]:
+        """(computable, used input indexes) given which inputs are available.
+
+        ``input_index_set`` supports ``in``.  Simple components need exactly
+        the same index.
+        """
+        ok = output_index in input_index_set
+        return ok, ([output_index] if ok else [])
+
+    def reorder_indexes(self, input_indexes: list[tuple],
+                        output_indexes: list[tuple]) -> tuple[list[tuple], list[tuple]]:
+        return input_indexes, output_indexes
+
+    def precompute_indexes(self, misc_info: Any, input_indexes: list[tuple],
+                           output_indexes: list[tuple], need_backprop: bool) -> Any:
+        return None
+
+    # -- math (implemented by the execution and training stages) -----------
+    def propagate(self, indexes: Any, in_value: np.ndarray, out_value: np.ndarray) -> Any:
+        raise NotImplementedError(f"{self.type_name}.propagate")
+
+    def backprop(self, debug_info: str, indexes: Any, in_value: np.ndarray | None,
+                 out_value: np.ndarray | None, out_deriv: np.ndarray, memo: Any,
+                 to_update: "Component | None", in_deriv: np.ndarray | None) -> None:
+        raise NotImplementedError(f"{self.type_name}.backprop")
+
+    def store_stats(self, in_value: np.ndarray, out_value: np.ndarray, memo: Any) -> None:
+        pass
+
+
+class UpdatableComponent(Component):
+    """Kaldi's UpdatableComponent: learning rate, factor, max-change, l2."""
+
+    def __init__(self) -> None:
+        self.learning_rate = 0.001
+        self.learning_rate_factor = 1.0
+        self.is_gradient = False
+        self.max_change = 0.0
+        self.l2_regularize = 0.0
+
+    def init_learning_rates_from_config(self, cfl: ConfigLine) -> None:
+        self.learning_rate = cfl.get_float("learning-rate", 0.001)
+        self.learning_rate_factor = cfl.get_float("learning-rate-factor", 1.0)
+        self.max_change = cfl.get_float("max-change", 0.0)
+        self.l2_regularize = cfl.get_float("l2-regularize", 0.0)
+        if (self.learning_rate < 0 or self.learning_rate_factor < 0
+                or self.max_change < 0 or self.l2_regularize < 0):
+            raise self.config_error(cfl, "negative learning-rate, learning-rate-factor, "
+                                         "max-change or l2-regularize")
+
+    def read_updatable_common(self, r: KaldiReader) -> str:
+        """Kaldi's ReadUpdatableCommon.  Returns the next unconsumed token, or
+        "" when the common part ended with ``<LearningRate>`` (the usual case)."""
+        token = r.read_token()
+        if token == self.opening_tag():
+            token = r.read_token()
+        self.learning_rate_factor = 1.0
+        self.is_gradient = False
+        self.max_change = 0.0
+        self.l2_regularize = 0.0
+        if token == "<LearningRateFactor>":
+            self.learning_rate_factor = r.read_float()
+            token = r.read_token()
+        if token == "<IsGradient>":
+            self.is_gradient = r.read_bool()
+            token = r.read_token()
+        if token == "<MaxChange>":
+            self.max_change = r.read_float()
+            token = r.read_token()
+        if token == "<L2Regularize>":
+            self.l2_regularize = r.read_float()
+            token = r.read_token()
+        if token == "<LearningRate>":
+            self.learning_rate = r.read_float()
+            return ""
+        return token
+
+    def write_updatable_common(self, w: KaldiWriter) -> None:
+        w.write_token(self.opening_tag())
+        if self.learning_rate_factor != 1.0:
+            w.write_token("<LearningRateFactor>")
+            w.write_float(self.learning_rate_factor)
+        if self.is_gradient:
+            w.write_token("<IsGradient>")
+            w.write_bool(self.is_gradient)
+        if self.max_change > 0.0:
+            w.write_token("<MaxChange>")
+            w.write_float(self.max_change)
+        if self.l2_regularize > 0.0:
+            w.write_token("<L2Regularize>")
+            w.write_float(self.l2_regularize)
+        w.write_token("<LearningRate>")
+        w.write_float(self.learning_rate)
+
+    def info(self) -> str:
+        s = (f"{self.type_name}, input-dim={self.input_dim()}, output-dim={self.output_dim()}"
+             f", learning-rate={fmt_g(self.learning_rate)}")
+        if self.is_gradient:
+            s += ", is-gradient=true"
+        if self.l2_regularize != 0.0:
+            s += f", l2-regularize={fmt_g(self.l2_regularize)}"
+        if self.learning_rate_factor != 1.0:
+            s += f", learning-rate-factor={fmt_g(self.learning_rate_factor)}"
+        if self.max_change > 0.0:
+            s += f", max-change={fmt_g(self.max_change)}"
+        return s
+
+    # Kaldi: SetUnderlyingLearningRate multiplies by the factor.
+    def set_underlying_learning_rate(self, lrate: float) -> None:
+        self.learning_rate = float(np.float32(lrate * self.learning_rate_factor))
+
+    def set_actual_learning_rate(self, lrate: float) -> None:
+        self.learning_rate = float(np.float32(lrate))
+
+    def set_as_gradient(self) -> None:
+        self.learning_rate = 1.0
+        self.is_gradient = True
+
+
+def check_read_end(r: KaldiReader, comp: Component) -> None:
+    """Expect the closing tag of ``comp``."""
+    r.expect_token(comp.closing_tag())
+
+
+def bad_format(r: KaldiReader, comp: Component, message: str) -> FormatError:
+    return r.error(f"{comp.type_name}: {message}")
+
+
+# ---------------------------------------------------------------------------
+# Random numbers for parameter initialisation (nnet3-init --srand).
+# One generator for the process, seeded once by the binary, so that
+# initialisation is reproducible for a given --srand.
+
+_RNG = np.random.default_rng(0)
+
+
+def set_random_seed(seed: int) -> None:
+    global _RNG
+    _RNG = np.random.default_rng(seed)
+
+
+def rng() -> np.random.Generator:
+    return _RNG
+
+
+def randn(*shape: int) -> np.ndarray:
+    """Standard-normal float32 array (Kaldi's SetRandn)."""
+    return _RNG.standard_normal(shape).astype(np.float32)

@@ -1,0 +1,195 @@
+"""Kaldi's ConfigLine: ``first-token key=value key2=value with spaces ...``.
+
+Values may contain spaces without quoting (``input=Append(a, b)``): a value
+runs up to the whitespace before the next ``key=``.  ``key='a b'`` and
+``key="a b"`` quote a value.  Each getter marks its key as used, so that after
+a component has read its options, :meth:`ConfigLine.unused_values` lists the
+options it did not understand (Kaldi errors on those).
+"""
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+from ..errors import ConfigError
+
+_VALID_NAME = re.compile(r"^[A-Za-z_][-A-Za-z0-9_.]*$")
+
+
+def is_valid_name(name: str) -> bool:
+    """Kaldi's IsValidName: letter or _, then letters, digits, ``-``, ``_``, ``.``."""
+    return bool(_VALID_NAME.match(name))
+
+
+def is_token_name(name: str) -> bool:
+    return bool(_VALID_NAME.match(name))
+
+
+class ConfigLine:
+    """One parsed config line.  ``source``/``line_number`` locate it for errors."""
+
+    def __init__(self, line: str, source: str | None = None, line_number: int | None = None):
+        self.whole_line = line
+        self.source = source
+        self.line_number = line_number
+        self.first_token = ""
+        # key -> [value, used]; the first occurrence of a key wins, as in Kaldi.
+        self._data: dict[str, list] = {}
+        self._parse(line)
+
+    # -- parsing -----------------------------------------------------------
+    def error(self, message: str) -> ConfigError:
+        return ConfigError(message, self.source, self.line_number, self.whole_line)
+
+    def _parse(self, line: str) -> None:
+        size = len(line)
+        pos = 0
+        while pos < size and line[pos].isspace():
+            pos += 1
+        if pos == size:
+            raise self.error("empty config line")
+        start = pos
+        while pos < size and not line[pos].isspace():
+            if line[pos] == "=":
+                pos = start
+                break
+            pos += 1
+        self.first_token = line[start:pos]
+        if self.first_token and not is_valid_name(self.first_token):
+            raise self.error(f"invalid first token '{self.first_token}'")
+        while pos < size:
+            if line[pos].isspace():
+                pos += 1
+                continue
+            eq = line.find("=", pos)
+            if eq == pos or eq < 0:
+                raise self.error(f"expected key=value, got '{line[pos:pos + 20]}'")
+            key = line[pos:eq]
+            if not is_valid_name(key):
+                raise self.error(f"invalid option name '{key}'")
+            if eq + 1 < size and line[eq + 1] in "'\"":
+                quote = line[eq + 1]
+                close = line.find(quote, eq + 2)
+                if close < 0:
+                    raise self.error(f"no matching quote {quote} for option '{key}'")
+                value = line[eq + 2:close]
+                pos = close + 1
+            else:
+                next_eq = line.find("=", eq + 1)
+                end = size
+                if next_eq >= 0:
+                    space = max(line.rfind(" ", 0, next_eq), line.rfind("\t", 0, next_eq))
+                    if space > eq:
+                        end = space
+                while end > 0 and line[end - 1].isspace():
+                    end -= 1
+                value = line[eq + 1:end]
+                pos = end
+            self._data.setdefault(key, [value, False])
+
+    # -- access ----------------------------------------------------------
+    def keys(self) -> list[str]:
+        return list(self._data)
+
+    def has(self, key: str) -> bool:
+        return key in self._data
+
+    def get_str(self, key: str, default: str | None = None) -> str | None:
+        if key not in self._data:
+            return default
+        entry = self._data[key]
+        entry[1] = True
+        return entry[0]
+
+    def require_str(self, key: str) -> str:
+        value = self.get_str(key)
+        if value is None:
+            raise self.error(f"required option '{key}' is missing")
+        return value
+
+    def get_int(self, key: str, default: int | None = None) -> int | None:
+        value = self.get_str(key)
+        if value is None:
+            return default
+        try:
+            return int(value.strip())
+        except ValueError:
+            raise self.error(f"option {key}={value}: expected an integer") from None
+
+    def require_int(self, key: str) -> int:
+        v = self.get_int(key)
+        if v is None:
+            raise self.error(f"required option '{key}' is missing")
+        return v
+
+    def get_float(self, key: str, default: float | None = None) -> float | None:
+        value = self.get_str(key)
+        if value is None:
+            return default
+        try:
+            return float(value.strip())
+        except ValueError:
+            raise self.error(f"option {key}={value}: expected a number") from None
+
+    def require_float(self, key: str) -> float:
+        v = self.get_float(key)
+        if v is None:
+            raise self.error(f"required option '{key}' is missing")
+        return v
+
+    def get_bool(self, key: str, default: bool | None = None) -> bool | None:
+        value = self.get_str(key)
+        if value is None:
+            return default
+        if value[:1] in ("t", "T"):
+            return True
+        if value[:1] in ("f", "F"):
+            return False
+        raise self.error(f"option {key}={value}: expected true or false")
+
+    def get_int_list(self, key: str, default: list[int] | None = None) -> list[int] | None:
+        """Comma- or space-separated integers (Kaldi's vector<int32> GetValue)."""
+        value = self.get_str(key)
+        if value is None:
+            return default
+        parts = [p for p in re.split(r"[,\s]+", value.strip()) if p]
+        try:
+            return [int(p) for p in parts]
+        except ValueError:
+            raise self.error(f"option {key}={value}: expected a list of integers") from None
+
+    def get_float_list(self, key: str, default: list[float] | None = None) -> list[float] | None:
+        value = self.get_str(key)
+        if value is None:
+            return default
+        parts = [p for p in re.split(r"[,\s:]+", value.strip()) if p]
+        try:
+            return [float(p) for p in parts]
+        except ValueError:
+            raise self.error(f"option {key}={value}: expected a list of numbers") from None
+
+    def unused_values(self) -> list[str]:
+        return [f"{k}={v[0]}" for k, v in self._data.items() if not v[1]]
+
+    def check_all_used(self, what: str) -> None:
+        unused = self.unused_values()
+        if unused:
+            raise self.error(f"{what}: unrecognized option(s) {' '.join(unused)}")
+
+
+def read_config_lines(text: str, source: str) -> list[tuple[int, str]]:
+    """Kaldi's ReadConfigLines: drop comments (``#`` onwards) and blank lines.
+
+    Returns (1-based line number, line) pairs so that later errors can point
+    at the line.
+    """
+    out: list[tuple[int, str]] = []
+    for i, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
+        if line:
+            out.append((i, line))
+    return out
+
+
+def parse_config_lines(lines: Iterable[tuple[int, str]], source: str) -> list[ConfigLine]:
+    return [ConfigLine(line, source, num) for num, line in lines]

@@ -1,0 +1,87 @@
+"""Indexes ``(n, t, x)`` and Cindexes ``(node_index, Index)``.
+
+An :class:`Index` is a NamedTuple, so Python's tuple ordering *is* Kaldi's
+ordering (n, then t, then x) and hashing is fast.  The compiler works on
+vectorised forms: :class:`IndexArray` holds three int32 NumPy columns.
+"""
+from __future__ import annotations
+
+from typing import Iterable, NamedTuple, Sequence
+
+import numpy as np
+
+
+class Index(NamedTuple):
+    n: int = 0
+    t: int = 0
+    x: int = 0
+
+    def __str__(self) -> str:
+        return f"({self.n}, {self.t})" if self.x == 0 else f"({self.n}, {self.t}, {self.x})"
+
+    def offset(self, t: int = 0, x: int = 0) -> "Index":
+        return Index(self.n, self.t + t, self.x + x)
+
+
+class Cindex(NamedTuple):
+    node_index: int
+    index: Index
+
+
+# Kaldi's kNoTime: a "t" value meaning "no time index" (e.g. in Round/Switch
+# results and for components that ignore time).
+K_NO_TIME = -(2 ** 31)
+
+
+def print_indexes(indexes: Sequence[Index], max_length: int = 200) -> str:
+    """Kaldi's compact PrintIndexes: ``[(0,-1:1), (1,-1:1)]``.
+
+    Runs with the same n and x and t increasing by one fold into
+    ``t_begin:t_end``; x is printed only when non-zero.  Strings longer than
+    ``max_length`` are cut in the middle with `` ... `` as Kaldi does.
+    """
+    if len(indexes) == 0:
+        return "[ ]"
+    parts = []
+    i = 0
+    num = len(indexes)
+    while i < num:
+        n, t, x = indexes[i]
+        j = i + 1
+        while (j < num and indexes[j][1] == indexes[j - 1][1] + 1
+               and indexes[j][0] == n and indexes[j][2] == x):
+            j += 1
+        t_str = str(t) if j == i + 1 else f"{t}:{indexes[j - 1][1]}"
+        parts.append(f"({n},{t_str})" if x == 0 else f"({n},{t_str},{x})")
+        i = j
+    text = "[" + ", ".join(parts) + "]"
+    if len(text) <= max_length:
+        return text
+    half = max_length // 2
+    return text[:half] + " ... " + text[len(text) - half:]
+
+
+class IndexArray:
+    """Columns n, t, x of a list of Indexes, as int32 arrays (vectorised form)."""
+
+    __slots__ = ("n", "t", "x")
+
+    def __init__(self, n: np.ndarray, t: np.ndarray, x: np.ndarray):
+        self.n = np.asarray(n, dtype=np.int32)
+        self.t = np.asarray(t, dtype=np.int32)
+        self.x = np.asarray(x, dtype=np.int32)
+
+    @classmethod
+    def from_indexes(cls, indexes: Iterable[Index]) -> "IndexArray":
+        arr = np.array(list(indexes), dtype=np.int64).reshape(-1, 3)
+        return cls(arr[:, 0], arr[:, 1], arr[:, 2])
+
+    def __len__(self) -> int:
+        return int(self.n.shape[0])
+
+    def to_indexes(self) -> list[Index]:
+        return [Index(int(a), int(b), int(c)) for a, b, c in zip(self.n, self.t, self.x)]
+
+    def sort_order(self) -> np.ndarray:
+        """Permutation that sorts in Kaldi order (n, then t, then x)."""
+        return np.lexsort((self.x, self.t, self.n))

@@ -1,0 +1,29 @@
+"""Reading and writing whole model files (``.raw`` and ``.mdl``), text or binary."""
+from __future__ import annotations
+
+from ..kaldi_io import KaldiWriter, kaldi_object_bytes, open_kaldi_object, write_wxfilename
+from .nnet import Nnet
+
+
+def read_nnet(rxfilename: str) -> Nnet:
+    """A raw Nnet; like Kaldi, an ``.mdl`` (TransitionModel + AmNnetSimple) is
+    accepted too and its Nnet returned."""
+    r = open_kaldi_object(rxfilename)
+    if r.peek_token() == "<TransitionModel>":
+        from .am_nnet import AmNnetSimple
+        from .transition_model import TransitionModel
+
+        TransitionModel().read(r)
+        return AmNnetSimple.read(r).nnet
+    return Nnet.read(r)
+
+
+def nnet_bytes(nnet: Nnet, binary: bool) -> bytes:
+    w = KaldiWriter(binary)
+    nnet.write(w)
+    return kaldi_object_bytes(w)
+
+
+def write_nnet(wxfilename: str, nnet: Nnet, binary: bool) -> None:
+    """Write atomically (temp file + rename) unless the target is a pipe or stdout."""
+    write_wxfilename(wxfilename, nnet_bytes(nnet, binary))
