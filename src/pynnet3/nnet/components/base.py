@@ -51,7 +51,11 @@ _REGISTRY: dict[str, type["Component"]] = {}
 def register(cls: type["Component"]) -> type["Component"]:
     """Class decorator: make ``cls`` constructible by its Kaldi type name."""
     name = cls.type_name
-    if not name or name in _REGISTRY:
+    prev = _REGISTRY.get(name)
+    # A module re-executed after a failed import registers the same class
+    # again; only a *different* class with the same type name is an error.
+    if not name or (prev is not None and (prev.__module__, prev.__qualname__)
+                    != (cls.__module__, cls.__qualname__)):
         raise RuntimeError(f"component type {name!r} registered twice or unnamed")
     _REGISTRY[name] = cls
     return cls
@@ -111,40 +115,114 @@ def _print_float_succinctly(f: float) -> str:
 _PERCENTILES = (0, 1, 2, 5, 10, 20, 50, 80, 90, 95, 98, 99, 100)
 
 
+# Kaldi computes these statistics with OpenBLAS's sdot (Sum() is a dot product
+# with a stride-0 vector of ones).  Near-constant or near-zero-mean vectors make
+# the printed stddev/mean depend on the exact summation order, so the helpers
+# below reproduce OpenBLAS 0.3.21's x86-64 SkylakeX sdot kernel: unit-stride
+# products accumulated with FMA in 4 x 16 float lanes per 64 elements, then
+# folded to 4 x 8 lanes (32 elements per step), reduced in a fixed order, and
+# the tail (n % 32) added in double; any other stride adds float pair sums to
+# a double.  All functions work over the last axis.
+
+
+def _fma_acc(acc: np.ndarray, prod: np.ndarray) -> np.ndarray:
+    # float32 acc + exact float64 product, rounded once (as an FMA does, up
+    # to very rare double-rounding cases).
+    return (acc.astype(np.float64) + prod).astype(np.float32)
+
+
+def blas_dot(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """OpenBLAS sdot with unit strides over the last axis (float32 result)."""
+    x = np.asarray(x, dtype=np.float32)
+    y = np.asarray(y, dtype=np.float32)
+    n = x.shape[-1]
+    lead = x.shape[:-1]
+    prod = x.astype(np.float64) * y.astype(np.float64)   # exact products
+    n32 = n & ~31
+    kernel = np.zeros(lead, dtype=np.float32)
+    if n32:
+        n64 = n32 & ~63
+        acc8 = [np.zeros(lead + (8,), dtype=np.float32) for _ in range(4)]
+        if n64:
+            acc16 = [np.zeros(lead + (16,), dtype=np.float32) for _ in range(4)]
+            for i in range(0, n64, 64):
+                for k in range(4):
+                    acc16[k] = _fma_acc(acc16[k], prod[..., i + 16 * k:i + 16 * k + 16])
+            acc8 = [a[..., :8] + a[..., 8:] for a in acc16]
+        for i in range(n64, n32, 32):
+            for k in range(4):
+                acc8[k] = _fma_acc(acc8[k], prod[..., i + 8 * k:i + 8 * k + 8])
+        a = ((acc8[0] + acc8[1]) + acc8[2]) + acc8[3]
+        h = a[..., :4] + a[..., 4:]
+        kernel = (h[..., 0] + h[..., 1]) + (h[..., 2] + h[..., 3])
+    tail = prod[..., n32:].astype(np.float32).astype(np.float64)
+    total = np.cumsum(tail, axis=-1)[..., -1] if n > n32 else np.zeros(lead)
+    return (total + kernel.astype(np.float64)).astype(np.float32)
+
+
+def blas_dot_strided(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """OpenBLAS sdot with a non-unit stride (e.g. matrix columns, or Sum())."""
+    x = np.asarray(x, dtype=np.float32)
+    y = np.asarray(y, dtype=np.float32)
+    n = x.shape[-1]
+    prod = x.astype(np.float64) * y.astype(np.float64)
+    n2 = n & ~1
+    # y0*x0 + y1*x1 is contracted to fma(y0, x0, y1*x1) in float.
+    pairs = (prod[..., 0:n2:2] + prod[..., 1:n2:2].astype(np.float32)).astype(np.float32)
+    terms = pairs.astype(np.float64)
+    if n2 < n:
+        terms = np.concatenate([terms, prod[..., n2:].astype(np.float32).astype(np.float64)],
+                               axis=-1)
+    if terms.shape[-1] == 0:
+        return np.zeros(x.shape[:-1], dtype=np.float32)
+    return np.cumsum(terms, axis=-1)[..., -1].astype(np.float32)
+
+
+def blas_sum(x: np.ndarray) -> np.ndarray:
+    """Kaldi's VectorBase::Sum() (a stride-0 dot product with 1.0)."""
+    x = np.asarray(x, dtype=np.float32)
+    return blas_dot_strided(x, np.ones_like(x))
+
+
+def _fmt_stddev(var: np.float32, precision: int) -> str:
+    # sqrt of a negative variance is -nan in C++ (glibc), printed as "-nan".
+    if var < 0:
+        return "-nan"
+    return fmt_g(np.float32(math.sqrt(var)), precision)
+
+
 def summarize_vector(vec: np.ndarray) -> str:
     """Kaldi's SummarizeVector: the values if fewer than 10, else percentiles."""
     v = np.asarray(vec, dtype=np.float32).reshape(-1)
     if v.shape[0] < 10:
         return "[ " + "".join(_print_float_succinctly(float(x)) + " " for x in v) + "]"
-    d = v.shape[0]
-    mean = np.float32(np.float32(v.astype(np.float64).sum()) / np.float32(d))
-    sumsq = np.float32(np.dot(v.astype(np.float64), v.astype(np.float64)))
-    var = np.float32(sumsq / np.float32(d) - mean * mean)
-    stddev = math.sqrt(var) if var > 0 else (0.0 if var == 0 else float("nan"))
+    d = np.float32(v.shape[0])
+    mean = np.float32(blas_sum(v) / d)
+    var = np.float32(np.float32(blas_dot(v, v) / d) - np.float32(mean * mean))
     s = np.sort(v)
-    n = d - 1
+    n = v.shape[0] - 1
     parts = []
     for i, p in enumerate(_PERCENTILES):
         parts.append(_print_float_succinctly(float(s[(n * p) // 100])))
         if i + 1 < len(_PERCENTILES):
             parts.append(" " if i in (3, 8) else ",")
     return ("[percentiles(0,1,2,5 10,20,50,80,90 95,98,99,100)=(" + "".join(parts)
-            + f"), mean={fmt_g(mean, 3)}, stddev={fmt_g(np.float32(stddev), 3)}]")
+            + f"), mean={fmt_g(mean, 3)}, stddev={_fmt_stddev(var, 3)}]")
 
 
-def _mean_stddev(x: np.ndarray) -> tuple[float, float]:
-    x64 = np.asarray(x, dtype=np.float64).reshape(-1)
-    d = x64.shape[0]
-    mean = np.float32(np.float32(x64.sum()) / np.float32(d))
-    var = np.float32(np.float32(np.dot(x64, x64)) / np.float32(d) - mean * mean)
-    stddev = np.float32(math.sqrt(var)) if var >= 0 else np.float32("nan")
-    return float(mean), float(stddev)
-
-
-def _rms(x: np.ndarray) -> float:
-    x64 = np.asarray(x, dtype=np.float64).reshape(-1)
-    d = x64.shape[0]
-    return float(np.float32(math.sqrt(np.float32(np.float32(np.dot(x64, x64)) / np.float32(d)))))
+def _sum_and_sumsq(x: np.ndarray) -> tuple[np.float32, np.float32]:
+    """(Sum(), VecVec / TraceMatMat(x, x, kTrans)) as Kaldi computes them."""
+    x = np.asarray(x, dtype=np.float32)
+    if x.ndim == 2:
+        # MatrixBase::Sum adds elements in row order in double; TraceMatMat
+        # adds one sdot per row into a float.
+        total = np.float32(np.cumsum(x.astype(np.float64).reshape(-1))[-1]) if x.size else \
+            np.float32(0)
+        row_dots = blas_dot(x, x)
+        sumsq = np.cumsum(row_dots, dtype=np.float32)[-1] if row_dots.size else np.float32(0)
+        return total, np.float32(sumsq)
+    x = x.reshape(-1)
+    return np.float32(blas_sum(x)), np.float32(blas_dot(x, x))
 
 
 def print_parameter_stats(name: str, params: np.ndarray, include_mean: bool = False,
@@ -153,20 +231,23 @@ def print_parameter_stats(name: str, params: np.ndarray, include_mean: bool = Fa
                           include_singular_values: bool = False) -> str:
     """Kaldi's PrintParameterStats for a vector or a matrix (returns the text)."""
     out = [f", {name}-"]
-    if include_mean:
-        mean, stddev = _mean_stddev(params)
-        out.append(f"{{mean,stddev}}={fmt_g(mean, 4)},{fmt_g(stddev, 4)}")
-    else:
-        out.append(f"rms={fmt_g(_rms(params), 4)}")
     p = np.asarray(params, dtype=np.float32)
+    dim = np.float32(p.size)
+    total, sumsq = _sum_and_sumsq(p)
+    if include_mean:
+        mean = np.float32(total / dim)
+        var = np.float32(np.float32(sumsq / dim) - np.float32(mean * mean))
+        out.append(f"{{mean,stddev}}={fmt_g(mean, 4)},{_fmt_stddev(var, 4)}")
+    else:
+        out.append(f"rms={_fmt_stddev(np.float32(sumsq / dim), 4)}")
     if p.ndim == 2:
-        p64 = p.astype(np.float64)
         if include_row_norms:
-            out.append(f", {name}-row-norms=" + summarize_vector(np.sqrt((p64 * p64).sum(axis=1))))
+            out.append(f", {name}-row-norms=" + summarize_vector(np.sqrt(blas_dot(p, p))))
         if include_column_norms:
-            out.append(f", {name}-col-norms=" + summarize_vector(np.sqrt((p64 * p64).sum(axis=0))))
+            out.append(f", {name}-col-norms="
+                       + summarize_vector(np.sqrt(blas_dot_strided(p.T, p.T))))
         if include_singular_values:
-            sv = np.linalg.svd(p64, compute_uv=False)
+            sv = np.linalg.svd(p.astype(np.float64), compute_uv=False)
             out.append(f", {name}-singular-values=" + summarize_vector(sv))
     return "".join(out)
 

@@ -1,0 +1,817 @@
+"""Affine-family components (Kaldi's nnet-simple-component / nnet-tdnn-component).
+
+Types here: ``AffineComponent``, ``NaturalGradientAffineComponent``,
+``LinearComponent`` and ``FixedAffineComponent``; ``BlockAffineComponent``,
+``RepeatedAffineComponent``, ``NaturalGradientRepeatedAffineComponent`` and
+``TdnnComponent`` live in :mod:`.affine2` (imported at the bottom, so that
+importing this module registers every affine-family type).
+
+Also here: :class:`OnlineNaturalGradient`, the holder of the natural-gradient
+preconditioner's configuration and state.  The components only store its
+options in model files (rank, update period, history, alpha); the state
+(``W_t``, ``rho_t``, ``d_t``, ``t``) is never written, so it restarts from
+scratch whenever a model is read, exactly as in Kaldi.
+
+Parameter layout follows Kaldi: ``linear_params`` is (output-dim x input-dim)
+and the forward pass is ``out = in @ linear_params.T + bias_params`` with one
+row per frame.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ...kaldi_io import KaldiReader, KaldiWriter
+from ..config_line import ConfigLine
+from .base import (Component, Prop, UpdatableComponent, fmt_g, print_parameter_stats,
+                   randn, register)
+
+
+def verbose_level() -> int:
+    """Kaldi's GetVerboseLevel(); singular values appear in Info() at >= 2."""
+    from ... import log
+
+    return log.verbose_level()
+
+
+def f32(x: float) -> float:
+    """Round a Python float to float32 (Kaldi keeps these options as BaseFloat)."""
+    return float(np.float32(x))
+
+
+# ---------------------------------------------------------------------------
+# Natural-gradient preconditioner: configuration + state holder.
+
+
+class OnlineNaturalGradient:
+    """Kaldi's OnlineNaturalGradient (natural-gradient-online.h).
+
+    Holds the options (``rank``, ``update_period``, ``num_samples_history``,
+    ``num_minibatches_history``, ``alpha``, ``epsilon``, ``delta``,
+    ``frozen``) with Kaldi's defaults, and the preconditioner state that the
+    training stage will maintain (``t``, ``W_t``, ``rho_t``, ``d_t``; empty
+    until the first minibatch).  Setters validate like Kaldi's asserts and
+    raise ``ValueError``.
+    """
+
+    def __init__(self) -> None:
+        self.rank = 40
+        self.update_period = 1
+        self.num_samples_history = 2000.0
+        self.num_minibatches_history = 0.0
+        self.alpha = 4.0
+        self.epsilon = 1.0e-10
+        self.delta = 5.0e-04
+        self.frozen = False
+        self.self_debug = False
+        # Preconditioner state; it is re-created on the first call after a
+        # model was read (models never store it).
+        self.t = 0
+        self.W_t: np.ndarray | None = None
+        self.rho_t = -1.0e+10
+        self.d_t: np.ndarray | None = None
+
+    # -- options (Kaldi's Set*/Get*) ----------------------------------------
+    def set_rank(self, rank: int) -> None:
+        if rank <= 0:
+            raise ValueError(f"natural-gradient rank must be > 0, got {rank}")
+        self.rank = int(rank)
+
+    def set_update_period(self, update_period: int) -> None:
+        if update_period <= 0:
+            raise ValueError(f"natural-gradient update-period must be > 0, got {update_period}")
+        self.update_period = int(update_period)
+
+    def set_num_samples_history(self, num_samples_history: float) -> None:
+        if not (0.0 < num_samples_history < 1.0e+6):
+            raise ValueError("natural-gradient num-samples-history must be in (0, 1e6), "
+                             f"got {num_samples_history}")
+        self.num_samples_history = f32(num_samples_history)
+
+    def set_num_minibatches_history(self, num_minibatches_history: float) -> None:
+        if not num_minibatches_history > 1.0:
+            raise ValueError("natural-gradient num-minibatches-history must be > 1, "
+                             f"got {num_minibatches_history}")
+        self.num_minibatches_history = f32(num_minibatches_history)
+
+    def set_alpha(self, alpha: float) -> None:
+        if not alpha >= 0.0:
+            raise ValueError(f"natural-gradient alpha must be >= 0, got {alpha}")
+        self.alpha = f32(alpha)
+
+    def freeze(self, frozen: bool) -> None:
+        self.frozen = bool(frozen)
+
+    def turn_on_debug(self) -> None:
+        self.self_debug = True
+
+    def configure(self, rank: int | None = None, update_period: int | None = None,
+                  num_samples_history: float | None = None,
+                  alpha: float | None = None) -> None:
+        """Set several options at once (None leaves an option unchanged)."""
+        if rank is not None:
+            self.set_rank(rank)
+        if update_period is not None:
+            self.set_update_period(update_period)
+        if num_samples_history is not None:
+            self.set_num_samples_history(num_samples_history)
+        if alpha is not None:
+            self.set_alpha(alpha)
+
+    def copy(self) -> "OnlineNaturalGradient":
+        other = OnlineNaturalGradient()
+        other.__dict__.update(self.__dict__)
+        other.W_t = None if self.W_t is None else self.W_t.copy()
+        other.d_t = None if self.d_t is None else self.d_t.copy()
+        return other
+
+    def swap(self, other: "OnlineNaturalGradient") -> None:
+        self.__dict__, other.__dict__ = other.__dict__, self.__dict__
+
+    def options_str(self) -> str:
+        return (f"rank={self.rank}, update-period={self.update_period}, "
+                f"num-samples-history={fmt_g(self.num_samples_history)}, "
+                f"alpha={fmt_g(self.alpha)}")
+
+    # -- the preconditioning itself (training stage) ------------------------
+    def precondition_directions(self, X: np.ndarray) -> float:
+        """Precondition the rows of ``X`` in place and return the scale."""
+        raise NotImplementedError("OnlineNaturalGradient.precondition_directions")
+
+    def __repr__(self) -> str:
+        return f"OnlineNaturalGradient({self.options_str()})"
+
+
+def _set_preconditioner(comp: Component, cfl: ConfigLine | None, r: KaldiReader | None,
+                        pre: OnlineNaturalGradient, **options: Any) -> None:
+    """Apply options to a preconditioner, turning Kaldi's asserts into our errors."""
+    try:
+        pre.configure(**options)
+    except ValueError as e:
+        if cfl is not None:
+            raise comp.config_error(cfl, str(e)) from None
+        if r is not None:
+            raise r.error(f"{comp.type_name}: {e}") from None
+        raise
+
+
+# ---------------------------------------------------------------------------
+# Shared helpers
+
+
+def peek_char(r: KaldiReader) -> str:
+    """Kaldi's PeekToken: the character after '<' of the next token, or ''."""
+    pos = r.pos
+    try:
+        r._skip_ws()
+        data = r.data
+        if r.pos + 1 < len(data) and data[r.pos:r.pos + 1] == b"<":
+            return chr(data[r.pos + 1])
+        return ""
+    finally:
+        r.pos = pos
+
+
+def read_matrix_file(comp: Component, cfl: ConfigLine, filename: str) -> np.ndarray:
+    """Read a Kaldi matrix (rxfilename: path, ``path:offset`` or ``cmd |``)."""
+    import kaldiio
+
+    try:
+        mat = kaldiio.load_mat(filename)
+    except Exception as e:  # noqa: BLE001 - any read failure is a config error
+        raise comp.config_error(cfl, f"could not read matrix from '{filename}': {e}") from None
+    mat = np.asarray(mat)
+    if mat.ndim != 2:
+        raise comp.config_error(cfl, f"'{filename}' does not hold a matrix")
+    return np.ascontiguousarray(mat, dtype=np.float32)
+
+
+def _dim_or_error(comp: Component, cfl: ConfigLine, key: str) -> int:
+    value = cfl.get_int(key)
+    if value is None:
+        raise comp.config_error(cfl, f"bad initializer: '{key}' is required")
+    return value
+
+
+def _check_matrix_dims(comp: Component, cfl: ConfigLine) -> None:
+    """With matrix=, input-dim/output-dim are optional but must then match."""
+    input_dim = cfl.get_int("input-dim")
+    if input_dim is not None and input_dim != comp.input_dim():
+        raise comp.config_error(cfl, f"input-dim mismatch vs. matrix ({input_dim} vs "
+                                     f"{comp.input_dim()})")
+    output_dim = cfl.get_int("output-dim")
+    if output_dim is not None and output_dim != comp.output_dim():
+        raise comp.config_error(cfl, f"output-dim mismatch vs. matrix ({output_dim} vs "
+                                     f"{comp.output_dim()})")
+
+
+def _split_affine_matrix(comp: Component, cfl: ConfigLine,
+                         mat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Kaldi's convention: the last column of an affine matrix is the bias."""
+    if mat.shape[1] < 2 or mat.shape[0] < 1:
+        raise comp.config_error(cfl, f"matrix must have at least 1 row and 2 columns, "
+                                     f"got {mat.shape[0]} x {mat.shape[1]}")
+    linear = np.ascontiguousarray(mat[:, :-1], dtype=np.float32)
+    bias = np.ascontiguousarray(mat[:, -1], dtype=np.float32)
+    return linear, bias
+
+
+def _random_params(rows: int, cols: int, stddev: float) -> np.ndarray:
+    return np.ascontiguousarray(randn(rows, cols) * np.float32(stddev), dtype=np.float32)
+
+
+def _random_bias(dim: int, stddev: float, mean: float = 0.0) -> np.ndarray:
+    b = randn(dim) * np.float32(stddev)
+    if mean != 0.0:
+        b = b + np.float32(mean)
+    return np.ascontiguousarray(b, dtype=np.float32)
+
+
+def _read_end_of_common(r: KaldiReader, comp: UpdatableComponent) -> None:
+    """Kaldi's affine-family readers need <LearningRate> in the common part."""
+    token = comp.read_updatable_common(r)
+    if token != "":
+        raise r.error(f"{comp.type_name}: expected <LearningRate>, got {token[:40]}")
+
+
+def _scale_arrays(alpha: float, *arrays: np.ndarray) -> None:
+    # Scaling by exactly zero sets to zero, so that NaN/inf disappear (Kaldi).
+    for a in arrays:
+        if alpha == 0.0:
+            a[...] = 0.0
+        else:
+            a *= np.float32(alpha)
+
+
+def _add_arrays(alpha: float, pairs: list[tuple[np.ndarray, np.ndarray]]) -> None:
+    a = np.float32(alpha)
+    for dst, src in pairs:
+        if dst.shape != src.shape:
+            raise ValueError(f"Add: shape mismatch {dst.shape} vs {src.shape}")
+        dst += a * src
+
+
+def _rows_of(in_value: np.ndarray, out_value: np.ndarray) -> None:
+    if in_value.shape[0] != out_value.shape[0]:
+        raise ValueError(f"propagate: {in_value.shape[0]} input rows vs "
+                         f"{out_value.shape[0]} output rows")
+
+
+class AffineParamsMixin:
+    """Parameter operations of components holding ``linear_params`` and
+    ``bias_params`` (the bias may be empty, e.g. TdnnComponent use-bias=false).
+
+    Listed first among the bases so that these override Component's defaults.
+    ``add`` requires ``other`` to be an instance of ``_add_family`` (default:
+    the class of ``self``), as Kaldi's dynamic_cast in each Add() does.
+    """
+
+    linear_params: np.ndarray
+    bias_params: np.ndarray
+    _add_family: ClassVar[type | None] = None
+
+    def num_parameters(self) -> int:
+        return int(self.linear_params.size + self.bias_params.size)
+
+    def scale(self, alpha: float) -> None:
+        _scale_arrays(alpha, self.linear_params, self.bias_params)
+
+    def add(self, alpha: float, other: Component) -> None:
+        family = self._add_family or type(self)
+        if not isinstance(other, family):
+            raise TypeError(f"{family.type_name}.add: other is {other.type_name}")
+        _add_arrays(alpha, [(self.linear_params, other.linear_params),
+                            (self.bias_params, other.bias_params)])
+
+    def perturb_params(self, stddev: float) -> None:
+        self.linear_params += np.float32(stddev) * randn(*self.linear_params.shape)
+        if self.bias_params.size:
+            self.bias_params += np.float32(stddev) * randn(*self.bias_params.shape)
+
+    def dot_product(self, other: "AffineParamsMixin") -> float:
+        return float(np.vdot(self.linear_params.astype(np.float64),
+                             other.linear_params.astype(np.float64))
+                     + np.dot(self.bias_params.astype(np.float64),
+                              other.bias_params.astype(np.float64)))
+
+    def vectorize(self) -> np.ndarray:
+        """Kaldi's Vectorize: the linear parameters row by row, then the bias."""
+        return np.concatenate([self.linear_params.reshape(-1), self.bias_params])
+
+    def unvectorize(self, params: np.ndarray) -> None:
+        params = np.asarray(params, dtype=np.float32).reshape(-1)
+        if params.shape[0] != self.num_parameters():
+            raise ValueError("unvectorize: wrong number of parameters")
+        n = self.linear_params.size
+        self.linear_params[...] = params[:n].reshape(self.linear_params.shape)
+        self.bias_params[...] = params[n:]
+
+
+# ---------------------------------------------------------------------------
+# AffineComponent and NaturalGradientAffineComponent
+
+
+@register
+class AffineComponent(AffineParamsMixin, UpdatableComponent):
+    """Kaldi's AffineComponent: ``out = in W^T + b`` with trainable W and b."""
+
+    type_name = "AffineComponent"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear_params = np.zeros((0, 0), dtype=np.float32)
+        self.bias_params = np.zeros((0,), dtype=np.float32)
+        self.orthonormal_constraint = 0.0
+
+    # -- dims, properties --------------------------------------------------
+    def input_dim(self) -> int:
+        return int(self.linear_params.shape[1])
+
+    def output_dim(self) -> int:
+        return int(self.linear_params.shape[0])
+
+    def properties(self) -> int:
+        return int(Prop.SIMPLE | Prop.UPDATABLE | Prop.BACKPROP_NEEDS_INPUT | Prop.BACKPROP_ADDS)
+
+    # -- initialisation ----------------------------------------------------
+    def init(self, input_dim: int, output_dim: int, param_stddev: float,
+             bias_stddev: float, bias_mean: float = 0.0) -> None:
+        """Random Gaussian initialisation (Kaldi's Init(input-dim, output-dim, ...))."""
+        if not (output_dim > 0 and input_dim > 0 and param_stddev >= 0.0):
+            raise ValueError(f"bad dims or param-stddev ({input_dim}, {output_dim}, "
+                             f"{param_stddev})")
+        self.linear_params = _random_params(output_dim, input_dim, param_stddev)
+        self.bias_params = _random_bias(output_dim, bias_stddev, bias_mean)
+
+    def set_params(self, bias: np.ndarray, linear: np.ndarray) -> None:
+        linear = np.ascontiguousarray(linear, dtype=np.float32)
+        bias = np.ascontiguousarray(bias, dtype=np.float32).reshape(-1)
+        if bias.shape[0] != linear.shape[0]:
+            raise ValueError("set_params: bias dim must equal the number of rows of linear")
+        self.linear_params, self.bias_params = linear, bias
+
+    def resize(self, input_dim: int, output_dim: int) -> None:
+        """Zero parameters of a new size; other configuration is kept."""
+        if input_dim <= 0 or output_dim <= 0:
+            raise ValueError("resize: dims must be positive")
+        self.linear_params = np.zeros((output_dim, input_dim), dtype=np.float32)
+        self.bias_params = np.zeros((output_dim,), dtype=np.float32)
+
+    def _init_params_from_config(self, cfl: ConfigLine, read_bias_mean: bool,
+                                 check_bias_stddev: bool) -> None:
+        """matrix=FILE, or input-dim/output-dim with the random-init options."""
+        matrix = cfl.get_str("matrix")
+        if matrix is not None:
+            mat = read_matrix_file(self, cfl, matrix)
+            self.linear_params, self.bias_params = _split_affine_matrix(self, cfl, mat)
+            _check_matrix_dims(self, cfl)
+            return
+        input_dim = _dim_or_error(self, cfl, "input-dim")
+        output_dim = _dim_or_error(self, cfl, "output-dim")
+        if input_dim <= 0 or output_dim <= 0:
+            raise self.config_error(cfl, "input-dim and output-dim must be positive")
+        param_stddev = cfl.get_float("param-stddev", 1.0 / math.sqrt(input_dim))
+        bias_stddev = cfl.get_float("bias-stddev", 1.0)
+        bias_mean = cfl.get_float("bias-mean", 0.0) if read_bias_mean else 0.0
+        if param_stddev < 0.0 or (check_bias_stddev and bias_stddev < 0.0):
+            raise self.config_error(cfl, "param-stddev and bias-stddev must be >= 0")
+        self.init(input_dim, output_dim, param_stddev, bias_stddev, bias_mean)
+
+    def init_from_config(self, cfl: ConfigLine) -> None:
+        self.init_learning_rates_from_config(cfl)
+        self._init_params_from_config(cfl, read_bias_mean=False, check_bias_stddev=False)
+        self.orthonormal_constraint = f32(cfl.get_float("orthonormal-constraint",
+                                                        self.orthonormal_constraint))
+
+    # -- I/O -------------------------------------------------------------
+    def _read_params(self, r: KaldiReader) -> None:
+        _read_end_of_common(r, self)
+        r.expect_token("<LinearParams>")
+        self.linear_params = r.read_matrix()
+        r.expect_token("<BiasParams>")
+        self.bias_params = r.read_vector()
+        if self.bias_params.shape[0] != self.linear_params.shape[0]:
+            raise r.error(f"{self.type_name}: bias dim {self.bias_params.shape[0]} != "
+                          f"output dim {self.linear_params.shape[0]}")
+
+    def read(self, r: KaldiReader) -> None:
+        self._read_params(r)
+        if peek_char(r) == "I":
+            # Old models wrote <IsGradient> here instead of in the common part.
+            r.expect_token("<IsGradient>")
+            self.is_gradient = r.read_bool()
+        if peek_char(r) == "O":
+            r.expect_token("<OrthonormalConstraint>")
+            self.orthonormal_constraint = r.read_float()
+        else:
+            self.orthonormal_constraint = 0.0
+        r.expect_token("</AffineComponent>")
+
+    def _write_params(self, w: KaldiWriter) -> None:
+        self.write_updatable_common(w)
+        w.write_token("<LinearParams>")
+        w.write_matrix(self.linear_params)
+        w.write_token("<BiasParams>")
+        w.write_vector(self.bias_params)
+
+    def write(self, w: KaldiWriter) -> None:
+        self._write_params(w)
+        if self.orthonormal_constraint != 0.0:
+            w.write_token("<OrthonormalConstraint>")
+            w.write_float(self.orthonormal_constraint)
+        w.write_token("</AffineComponent>")
+
+    # -- summary -----------------------------------------------------------
+    def info(self) -> str:
+        s = super().info()
+        if self.orthonormal_constraint != 0.0:
+            s += f", orthonormal-constraint={fmt_g(self.orthonormal_constraint)}"
+        s += print_parameter_stats("linear-params", self.linear_params, False, True, True,
+                                   verbose_level() >= 2)
+        s += print_parameter_stats("bias", self.bias_params, True)
+        return s
+
+    # -- math --------------------------------------------------------------
+    def propagate(self, indexes: Any, in_value: np.ndarray, out_value: np.ndarray) -> None:
+        _rows_of(in_value, out_value)
+        out_value[...] = self.bias_params
+        out_value += in_value @ self.linear_params.T
+        return None
+
+
+@register
+class NaturalGradientAffineComponent(AffineComponent):
+    """AffineComponent trained with natural gradient (two preconditioners)."""
+
+    type_name = "NaturalGradientAffineComponent"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.preconditioner_in = OnlineNaturalGradient()
+        self.preconditioner_out = OnlineNaturalGradient()
+
+    def _set_ng_configs(self, cfl: ConfigLine | None, r: KaldiReader | None, rank_in: int,
+                        rank_out: int, update_period: int, num_samples_history: float,
+                        alpha: float) -> None:
+        _set_preconditioner(self, cfl, r, self.preconditioner_in, rank=rank_in,
+                            update_period=update_period,
+                            num_samples_history=num_samples_history, alpha=alpha)
+        _set_preconditioner(self, cfl, r, self.preconditioner_out, rank=rank_out,
+                            update_period=update_period,
+                            num_samples_history=num_samples_history, alpha=alpha)
+
+    def init_from_config(self, cfl: ConfigLine) -> None:
+        self.is_gradient = False
+        self.init_learning_rates_from_config(cfl)
+        self._init_params_from_config(cfl, read_bias_mean=True, check_bias_stddev=True)
+        self.orthonormal_constraint = f32(cfl.get_float("orthonormal-constraint", 0.0))
+        num_samples_history = cfl.get_float("num-samples-history", 2000.0)
+        alpha = cfl.get_float("alpha", 4.0)
+        rank_in = cfl.get_int("rank-in", -1)
+        rank_out = cfl.get_int("rank-out", -1)
+        update_period = cfl.get_int("update-period", 4)
+        if rank_in < 0:
+            rank_in = min(20, (self.input_dim() + 1) // 2)
+        if rank_out < 0:
+            rank_out = min(80, (self.output_dim() + 1) // 2)
+        self._set_ng_configs(cfl, None, rank_in, rank_out, update_period,
+                             num_samples_history, alpha)
+
+    def read(self, r: KaldiReader) -> None:
+        self._read_params(r)
+        r.expect_token("<RankIn>")
+        rank_in = r.read_int32()
+        r.expect_token("<RankOut>")
+        rank_out = r.read_int32()
+        if peek_char(r) == "O":
+            r.expect_token("<OrthonormalConstraint>")
+            self.orthonormal_constraint = r.read_float()
+        else:
+            self.orthonormal_constraint = 0.0
+        r.expect_token("<UpdatePeriod>")
+        update_period = r.read_int32()
+        r.expect_token("<NumSamplesHistory>")
+        num_samples_history = r.read_float()
+        r.expect_token("<Alpha>")
+        alpha = r.read_float()
+        self._set_ng_configs(None, r, rank_in, rank_out, update_period,
+                             num_samples_history, alpha)
+        if peek_char(r) == "M":
+            # <MaxChangePerSample>: an option removed long ago; ignored.
+            r.expect_token("<MaxChangePerSample>")
+            r.read_float()
+        if peek_char(r) == "I":
+            r.expect_token("<IsGradient>")
+            self.is_gradient = r.read_bool()
+        if peek_char(r) == "U":
+            # Statistics of a short-lived max-change variant; read and dropped.
+            r.expect_token("<UpdateCount>")
+            r.read_double()
+            r.expect_token("<ActiveScalingCount>")
+            r.read_double()
+            r.expect_token("<MaxChangeScaleStats>")
+            r.read_double()
+        token = r.read_token()
+        # Kaldi accepts either the closing tag or (very old files) the opening one.
+        if "NaturalGradientAffineComponent>" not in token:
+            raise r.error(f"expected <NaturalGradientAffineComponent> or "
+                          f"</NaturalGradientAffineComponent>, got {token[:40]}")
+
+    def write(self, w: KaldiWriter) -> None:
+        self._write_params(w)
+        w.write_token("<RankIn>")
+        w.write_int32(self.preconditioner_in.rank)
+        w.write_token("<RankOut>")
+        w.write_int32(self.preconditioner_out.rank)
+        if self.orthonormal_constraint != 0.0:
+            w.write_token("<OrthonormalConstraint>")
+            w.write_float(self.orthonormal_constraint)
+        w.write_token("<UpdatePeriod>")
+        w.write_int32(self.preconditioner_in.update_period)
+        w.write_token("<NumSamplesHistory>")
+        w.write_float(self.preconditioner_in.num_samples_history)
+        w.write_token("<Alpha>")
+        w.write_float(self.preconditioner_in.alpha)
+        w.write_token("</NaturalGradientAffineComponent>")
+
+    def info(self) -> str:
+        p_in, p_out = self.preconditioner_in, self.preconditioner_out
+        return (super().info() + f", rank-in={p_in.rank}, rank-out={p_out.rank}"
+                f", num-samples-history={fmt_g(p_in.num_samples_history)}"
+                f", update-period={p_in.update_period}, alpha={fmt_g(p_in.alpha)}")
+
+    def freeze_natural_gradient(self, freeze: bool) -> None:
+        self.preconditioner_in.freeze(freeze)
+        self.preconditioner_out.freeze(freeze)
+
+    def consolidate_memory(self) -> None:
+        """Nothing to do in NumPy (Kaldi re-allocates the preconditioner memory)."""
+
+
+# ---------------------------------------------------------------------------
+# LinearComponent
+
+
+@register
+class LinearComponent(UpdatableComponent):
+    """Kaldi's LinearComponent: ``out += in W^T`` (no bias), natural gradient."""
+
+    type_name = "LinearComponent"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.params = np.zeros((0, 0), dtype=np.float32)
+        self.orthonormal_constraint = 0.0
+        self.use_natural_gradient = True
+        self.preconditioner_in = OnlineNaturalGradient()
+        self.preconditioner_out = OnlineNaturalGradient()
+
+    @classmethod
+    def from_params(cls, params: np.ndarray) -> "LinearComponent":
+        """Kaldi's LinearComponent(const CuMatrix&) constructor and its defaults."""
+        c = cls()
+        c.params = np.ascontiguousarray(params, dtype=np.float32)
+        c.preconditioner_in.configure(rank=40, update_period=4)
+        c.preconditioner_out.configure(rank=80, update_period=4)
+        return c
+
+    def input_dim(self) -> int:
+        return int(self.params.shape[1])
+
+    def output_dim(self) -> int:
+        return int(self.params.shape[0])
+
+    def properties(self) -> int:
+        return int(Prop.SIMPLE | Prop.UPDATABLE | Prop.BACKPROP_NEEDS_INPUT
+                   | Prop.PROPAGATE_ADDS | Prop.BACKPROP_ADDS)
+
+    def init_from_config(self, cfl: ConfigLine) -> None:
+        self.is_gradient = False
+        self.init_learning_rates_from_config(cfl)
+        matrix = cfl.get_str("matrix")
+        if matrix is not None:
+            self.params = read_matrix_file(self, cfl, matrix)
+            if self.params.shape[0] == 0:
+                raise self.config_error(cfl, f"matrix '{matrix}' is empty")
+            _check_matrix_dims(self, cfl)
+        else:
+            input_dim = _dim_or_error(self, cfl, "input-dim")
+            output_dim = _dim_or_error(self, cfl, "output-dim")
+            param_stddev = cfl.get_float("param-stddev",
+                                         1.0 / math.sqrt(input_dim) if input_dim > 0 else 0.0)
+            if not (output_dim > 0 and input_dim > 0 and param_stddev >= 0.0):
+                raise self.config_error(cfl, "input-dim and output-dim must be positive and "
+                                             "param-stddev >= 0")
+            self.params = _random_params(output_dim, input_dim, param_stddev)
+        num_samples_history = cfl.get_float("num-samples-history", 2000.0)
+        alpha = cfl.get_float("alpha", 4.0)
+        rank_in = cfl.get_int("rank-in", -1)
+        rank_out = cfl.get_int("rank-out", -1)
+        update_period = cfl.get_int("update-period", 4)
+        self.use_natural_gradient = cfl.get_bool("use-natural-gradient", True)
+        if rank_in < 0:
+            rank_in = min(20, (self.input_dim() + 1) // 2)
+        if rank_out < 0:
+            rank_out = min(80, (self.output_dim() + 1) // 2)
+        self._set_ng_configs(cfl, None, rank_in, rank_out, update_period,
+                             num_samples_history, alpha)
+        self.orthonormal_constraint = f32(cfl.get_float("orthonormal-constraint", 0.0))
+
+    def _set_ng_configs(self, cfl: ConfigLine | None, r: KaldiReader | None, rank_in: int,
+                        rank_out: int, update_period: int, num_samples_history: float,
+                        alpha: float) -> None:
+        _set_preconditioner(self, cfl, r, self.preconditioner_in, rank=rank_in,
+                            update_period=update_period,
+                            num_samples_history=num_samples_history, alpha=alpha)
+        _set_preconditioner(self, cfl, r, self.preconditioner_out, rank=rank_out,
+                            update_period=update_period,
+                            num_samples_history=num_samples_history, alpha=alpha)
+
+    def read(self, r: KaldiReader) -> None:
+        _read_end_of_common(r, self)
+        r.expect_token("<Params>")
+        self.params = r.read_matrix()
+        if peek_char(r) == "O":
+            r.expect_token("<OrthonormalConstraint>")
+            self.orthonormal_constraint = r.read_float()
+        else:
+            self.orthonormal_constraint = 0.0
+        r.expect_token("<UseNaturalGradient>")
+        self.use_natural_gradient = r.read_bool()
+        r.expect_token("<RankInOut>")
+        rank_in = r.read_int32()
+        rank_out = r.read_int32()
+        r.expect_token("<Alpha>")
+        alpha = r.read_float()
+        r.expect_token("<NumSamplesHistory>")
+        num_samples_history = r.read_float()
+        r.expect_token("<UpdatePeriod>")
+        update_period = r.read_int32()
+        self._set_ng_configs(None, r, rank_in, rank_out, update_period,
+                             num_samples_history, alpha)
+        r.expect_token("</LinearComponent>")
+
+    def write(self, w: KaldiWriter) -> None:
+        self.write_updatable_common(w)
+        w.write_token("<Params>")
+        w.write_matrix(self.params)
+        if self.orthonormal_constraint != 0.0:
+            w.write_token("<OrthonormalConstraint>")
+            w.write_float(self.orthonormal_constraint)
+        w.write_token("<UseNaturalGradient>")
+        w.write_bool(self.use_natural_gradient)
+        w.write_token("<RankInOut>")
+        w.write_int32(self.preconditioner_in.rank)
+        w.write_int32(self.preconditioner_out.rank)
+        w.write_token("<Alpha>")
+        w.write_float(self.preconditioner_in.alpha)
+        w.write_token("<NumSamplesHistory>")
+        w.write_float(self.preconditioner_in.num_samples_history)
+        w.write_token("<UpdatePeriod>")
+        w.write_int32(self.preconditioner_in.update_period)
+        w.write_token("</LinearComponent>")
+
+    def info(self) -> str:
+        s = super().info()
+        s += print_parameter_stats("params", self.params, False, True, True,
+                                   verbose_level() >= 2)
+        if self.orthonormal_constraint != 0.0:
+            s += f", orthonormal-constraint={fmt_g(self.orthonormal_constraint)}"
+        p_in, p_out = self.preconditioner_in, self.preconditioner_out
+        s += (f", use-natural-gradient={'true' if self.use_natural_gradient else 'false'}"
+              f", rank-in={p_in.rank}, rank-out={p_out.rank}"
+              f", num-samples-history={fmt_g(p_in.num_samples_history)}"
+              f", update-period={p_in.update_period}, alpha={fmt_g(p_in.alpha)}")
+        return s
+
+    def num_parameters(self) -> int:
+        return int(self.params.size)
+
+    def scale(self, alpha: float) -> None:
+        _scale_arrays(alpha, self.params)
+
+    def add(self, alpha: float, other: Component) -> None:
+        if not isinstance(other, LinearComponent):
+            raise TypeError(f"{self.type_name}.add: other is {other.type_name}")
+        _add_arrays(alpha, [(self.params, other.params)])
+
+    def perturb_params(self, stddev: float) -> None:
+        self.params += np.float32(stddev) * randn(*self.params.shape)
+
+    def dot_product(self, other: "LinearComponent") -> float:
+        return float(np.vdot(self.params.astype(np.float64), other.params.astype(np.float64)))
+
+    def vectorize(self) -> np.ndarray:
+        return self.params.reshape(-1).copy()
+
+    def unvectorize(self, params: np.ndarray) -> None:
+        params = np.asarray(params, dtype=np.float32).reshape(-1)
+        if params.shape[0] != self.num_parameters():
+            raise ValueError("unvectorize: wrong number of parameters")
+        self.params[...] = params.reshape(self.params.shape)
+
+    def freeze_natural_gradient(self, freeze: bool) -> None:
+        self.preconditioner_in.freeze(freeze)
+        self.preconditioner_out.freeze(freeze)
+
+    def consolidate_memory(self) -> None:
+        """Nothing to do in NumPy."""
+
+    def propagate(self, indexes: Any, in_value: np.ndarray, out_value: np.ndarray) -> None:
+        # PROPAGATE_ADDS: the caller has zeroed (or pre-filled) out_value.
+        _rows_of(in_value, out_value)
+        out_value += in_value @ self.params.T
+        return None
+
+
+# ---------------------------------------------------------------------------
+# FixedAffineComponent
+
+
+@register
+class FixedAffineComponent(Component):
+    """A non-trainable affine transform (e.g. the LDA matrix of a recipe)."""
+
+    type_name = "FixedAffineComponent"
+
+    def __init__(self) -> None:
+        self.linear_params = np.zeros((0, 0), dtype=np.float32)
+        self.bias_params = np.zeros((0,), dtype=np.float32)
+
+    @classmethod
+    def from_affine(cls, c: AffineComponent) -> "FixedAffineComponent":
+        """Kaldi's FixedAffineComponent(const AffineComponent&): freeze a layer."""
+        ans = cls()
+        ans.linear_params = c.linear_params.copy()
+        ans.bias_params = c.bias_params.copy()
+        return ans
+
+    def init(self, mat: np.ndarray) -> None:
+        """Parameters from an output-dim x (input-dim + 1) matrix, bias last."""
+        mat = np.asarray(mat, dtype=np.float32)
+        if mat.ndim != 2 or mat.shape[1] <= 1:
+            raise ValueError("FixedAffineComponent needs a matrix with more than one column")
+        self.linear_params = np.ascontiguousarray(mat[:, :-1])
+        self.bias_params = np.ascontiguousarray(mat[:, -1])
+
+    def input_dim(self) -> int:
+        return int(self.linear_params.shape[1])
+
+    def output_dim(self) -> int:
+        return int(self.linear_params.shape[0])
+
+    def properties(self) -> int:
+        return int(Prop.SIMPLE | Prop.BACKPROP_ADDS)
+
+    def init_from_config(self, cfl: ConfigLine) -> None:
+        # Two forms: matrix=<rxfilename>, or input-dim/output-dim with random
+        # parameters (Kaldi allows that for testing).
+        matrix = cfl.get_str("matrix")
+        if matrix is not None:
+            mat = read_matrix_file(self, cfl, matrix)
+            if mat.shape[0] == 0:
+                raise self.config_error(cfl, f"matrix '{matrix}' is empty")
+            if mat.shape[1] <= 1:
+                raise self.config_error(cfl, f"matrix '{matrix}' needs more than one column "
+                                             "(the last one is the bias)")
+            self.init(mat)
+            return
+        input_dim = cfl.get_int("input-dim")
+        output_dim = cfl.get_int("output-dim")
+        if input_dim is None or output_dim is None or input_dim <= 0 or output_dim <= 0:
+            raise self.config_error(cfl, "invalid initializer: need matrix=<rxfilename> or "
+                                         "input-dim and output-dim")
+        self.init(randn(output_dim, input_dim + 1))
+
+    def read(self, r: KaldiReader) -> None:
+        self.expect_opening_or(r, "<LinearParams>")
+        self.linear_params = r.read_matrix()
+        r.expect_token("<BiasParams>")
+        self.bias_params = r.read_vector()
+        r.expect_token("</FixedAffineComponent>")
+
+    def write(self, w: KaldiWriter) -> None:
+        w.write_token("<FixedAffineComponent>")
+        w.write_token("<LinearParams>")
+        w.write_matrix(self.linear_params)
+        w.write_token("<BiasParams>")
+        w.write_vector(self.bias_params)
+        w.write_token("</FixedAffineComponent>")
+
+    def info(self) -> str:
+        return (super().info() + print_parameter_stats("linear-params", self.linear_params)
+                + print_parameter_stats("bias", self.bias_params, True))
+
+    def propagate(self, indexes: Any, in_value: np.ndarray, out_value: np.ndarray) -> None:
+        _rows_of(in_value, out_value)
+        out_value[...] = self.bias_params
+        out_value += in_value @ self.linear_params.T
+        return None
+
+
+# The rest of the family (kept in a second module to keep files small).
+from .affine2 import (  # noqa: E402,F401
+    BlockAffineComponent, NaturalGradientRepeatedAffineComponent, RepeatedAffineComponent,
+    TdnnComponent, TdnnPrecomputedIndexes)

@@ -1,0 +1,679 @@
+"""Block/repeated affine components and TdnnComponent; imported by :mod:`.affine`.
+
+``BlockAffineComponent``, ``RepeatedAffineComponent`` and
+``NaturalGradientRepeatedAffineComponent`` come from Kaldi's
+nnet-simple-component.cc, ``TdnnComponent`` from nnet-tdnn-component.cc.
+
+A TdnnComponent splices its input at a fixed list of time offsets and applies
+one affine (or linear, with ``use-bias=false``) transform to the spliced
+vector, without materialising the spliced matrix: the compiler reorders the
+input rows so that "the rows for time ``t + offset``" form a strided view of
+the input matrix, and :meth:`TdnnComponent.precompute_indexes` records the
+stride and one start row per offset.
+
+Index regularisation (finding the (n, x) pairs and a regular grid of t
+values, padding missing positions with blank ``t = kNoTime`` indexes) mirrors
+Kaldi's ``time_height_convolution::GetComputationIo`` and
+``GetIndexesForComputation``.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ...kaldi_io import KaldiReader, KaldiWriter
+from ..config_line import ConfigLine
+from ..index import K_NO_TIME, Index
+from .affine import (AffineParamsMixin, OnlineNaturalGradient, _random_bias, _random_params,
+                     _read_end_of_common, _rows_of, _set_preconditioner, f32, peek_char,
+                     verbose_level)
+from .base import Prop, UpdatableComponent, fmt_g, print_parameter_stats, register
+
+_INT_RE = re.compile(r"^\s*[+-]?\d+\s*$")
+
+
+# ---------------------------------------------------------------------------
+# BlockAffineComponent
+
+
+@register
+class BlockAffineComponent(AffineParamsMixin, UpdatableComponent):
+    """Block-diagonal affine transform: ``num_blocks`` equal independent blocks.
+
+    ``linear_params`` stacks the blocks vertically: it is output-dim x
+    (input-dim / num-blocks); rows ``[b*R, (b+1)*R)`` (R = output-dim /
+    num-blocks) act on input columns ``[b*C, (b+1)*C)``.
+    """
+
+    type_name = "BlockAffineComponent"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear_params = np.zeros((0, 0), dtype=np.float32)
+        self.bias_params = np.zeros((0,), dtype=np.float32)
+        self.num_blocks = 1
+
+    @classmethod
+    def from_repeated(cls, rac: "RepeatedAffineComponent") -> "BlockAffineComponent":
+        """Kaldi's BlockAffineComponent(const RepeatedAffineComponent&)."""
+        ans = cls()
+        for k in ("learning_rate", "learning_rate_factor", "is_gradient", "max_change",
+                  "l2_regularize"):
+            setattr(ans, k, getattr(rac, k))
+        ans.num_blocks = rac.num_repeats
+        ans.linear_params = np.ascontiguousarray(np.tile(rac.linear_params, (rac.num_repeats, 1)))
+        ans.bias_params = np.ascontiguousarray(np.tile(rac.bias_params, rac.num_repeats))
+        return ans
+
+    def input_dim(self) -> int:
+        return int(self.linear_params.shape[1]) * self.num_blocks
+
+    def output_dim(self) -> int:
+        return int(self.linear_params.shape[0])
+
+    def properties(self) -> int:
+        return int(Prop.SIMPLE | Prop.UPDATABLE | Prop.BACKPROP_NEEDS_INPUT | Prop.BACKPROP_ADDS)
+
+    def init_from_config(self, cfl: ConfigLine) -> None:
+        input_dim = cfl.get_int("input-dim")
+        output_dim = cfl.get_int("output-dim")
+        num_blocks = cfl.get_int("num-blocks")
+        if input_dim is None or output_dim is None or num_blocks is None:
+            raise self.config_error(cfl, "invalid initializer: input-dim, output-dim and "
+                                         "num-blocks are required")
+        self.init_learning_rates_from_config(cfl)
+        if not (input_dim > 0 and output_dim > 0 and num_blocks >= 1):
+            raise self.config_error(cfl, "input-dim and output-dim must be positive and "
+                                         "num-blocks >= 1")
+        if output_dim % num_blocks != 0 or input_dim % num_blocks != 0:
+            raise self.config_error(cfl, "num-blocks must divide input-dim and output-dim")
+        param_stddev = cfl.get_float("param-stddev", 1.0 / math.sqrt(input_dim // num_blocks))
+        bias_stddev = cfl.get_float("bias-stddev", 1.0)
+        bias_mean = cfl.get_float("bias-mean", 0.0)
+        if param_stddev < 0.0 or bias_stddev < 0.0:
+            raise self.config_error(cfl, "param-stddev and bias-stddev must be >= 0")
+        self.linear_params = _random_params(output_dim, input_dim // num_blocks, param_stddev)
+        self.bias_params = _random_bias(output_dim, bias_stddev, bias_mean)
+        self.num_blocks = num_blocks
+
+    def read(self, r: KaldiReader) -> None:
+        _read_end_of_common(r, self)
+        r.expect_token("<NumBlocks>")
+        self.num_blocks = r.read_int32()
+        r.expect_token("<LinearParams>")
+        self.linear_params = r.read_matrix()
+        r.expect_token("<BiasParams>")
+        self.bias_params = r.read_vector()
+        if peek_char(r) == "I":
+            r.expect_token("<IsGradient>")
+            self.is_gradient = r.read_bool()
+        r.expect_token("</BlockAffineComponent>")
+        if self.num_blocks < 1 or self.linear_params.shape[0] % self.num_blocks != 0:
+            raise r.error(f"BlockAffineComponent: num-blocks {self.num_blocks} does not divide "
+                          f"the {self.linear_params.shape[0]} rows")
+
+    def write(self, w: KaldiWriter) -> None:
+        self.write_updatable_common(w)
+        w.write_token("<NumBlocks>")
+        w.write_int32(self.num_blocks)
+        w.write_token("<LinearParams>")
+        w.write_matrix(self.linear_params)
+        w.write_token("<BiasParams>")
+        w.write_vector(self.bias_params)
+        w.write_token("</BlockAffineComponent>")
+
+    def info(self) -> str:
+        return (super().info() + f", num-blocks={self.num_blocks}"
+                + print_parameter_stats("linear-params", self.linear_params)
+                + print_parameter_stats("bias", self.bias_params, True))
+
+    def propagate(self, indexes: Any, in_value: np.ndarray, out_value: np.ndarray) -> None:
+        _rows_of(in_value, out_value)
+        nb = self.num_blocks
+        rows = in_value.shape[0]
+        cols_in = self.linear_params.shape[1]
+        rows_out = self.linear_params.shape[0] // nb
+        x = in_value.reshape(rows, nb, cols_in).transpose(1, 0, 2)         # (nb, N, C)
+        wt = self.linear_params.reshape(nb, rows_out, cols_in).transpose(0, 2, 1)  # (nb, C, R)
+        y = np.matmul(x, wt)                                               # (nb, N, R)
+        out_value[...] = self.bias_params
+        out_value += y.transpose(1, 0, 2).reshape(rows, nb * rows_out)
+        return None
+
+
+# ---------------------------------------------------------------------------
+# RepeatedAffineComponent and its natural-gradient version
+
+
+@register
+class RepeatedAffineComponent(AffineParamsMixin, UpdatableComponent):
+    """One small affine block applied to ``num_repeats`` consecutive input chunks.
+
+    Only that block is stored, so num_parameters() is not multiplied by
+    num-repeats (as in Kaldi).
+    """
+
+    type_name = "RepeatedAffineComponent"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear_params = np.zeros((0, 0), dtype=np.float32)
+        self.bias_params = np.zeros((0,), dtype=np.float32)
+        self.num_repeats = 1
+
+    def input_dim(self) -> int:
+        return int(self.linear_params.shape[1]) * self.num_repeats
+
+    def output_dim(self) -> int:
+        return int(self.linear_params.shape[0]) * self.num_repeats
+
+    def properties(self) -> int:
+        return int(Prop.SIMPLE | Prop.UPDATABLE | Prop.BACKPROP_NEEDS_INPUT | Prop.BACKPROP_ADDS
+                   | Prop.INPUT_CONTIGUOUS | Prop.OUTPUT_CONTIGUOUS)
+
+    def set_natural_gradient_configs(self) -> None:
+        """Hook for the natural-gradient subclass (nothing for plain SGD)."""
+
+    def init_from_config(self, cfl: ConfigLine) -> None:
+        self.init_learning_rates_from_config(cfl)
+        num_repeats = cfl.get_int("num-repeats")
+        input_dim = cfl.get_int("input-dim")
+        output_dim = cfl.get_int("output-dim")
+        if num_repeats is None or input_dim is None or output_dim is None:
+            raise self.config_error(cfl, "bad initializer: num-repeats, input-dim and "
+                                         "output-dim are required")
+        if num_repeats <= 0 or input_dim <= 0 or output_dim <= 0:
+            raise self.config_error(cfl, "num-repeats, input-dim and output-dim must be "
+                                         "positive")
+        if input_dim % num_repeats != 0:
+            raise self.config_error(cfl, "num-repeats must divide input-dim")
+        if output_dim % num_repeats != 0:
+            raise self.config_error(cfl, "num-repeats must divide output-dim")
+        param_stddev = cfl.get_float("param-stddev", 1.0 / math.sqrt(input_dim // num_repeats))
+        bias_mean = cfl.get_float("bias-mean", 0.0)
+        bias_stddev = cfl.get_float("bias-stddev", 0.0)
+        if param_stddev < 0.0:
+            raise self.config_error(cfl, "param-stddev must be >= 0")
+        self.num_repeats = num_repeats
+        self.linear_params = _random_params(output_dim // num_repeats,
+                                            input_dim // num_repeats, param_stddev)
+        self.bias_params = _random_bias(output_dim // num_repeats, bias_stddev, bias_mean)
+        self.set_natural_gradient_configs()
+
+    def read(self, r: KaldiReader) -> None:
+        _read_end_of_common(r, self)
+        r.expect_token("<NumRepeats>")
+        self.num_repeats = r.read_int32()
+        r.expect_token("<LinearParams>")
+        self.linear_params = r.read_matrix()
+        r.expect_token("<BiasParams>")
+        self.bias_params = r.read_vector()
+        if peek_char(r) == "I":
+            r.expect_token("<IsGradient>")
+            self.is_gradient = r.read_bool()
+        r.expect_token(self.closing_tag())
+        if self.num_repeats < 1:
+            raise r.error(f"{self.type_name}: bad num-repeats {self.num_repeats}")
+        self.set_natural_gradient_configs()
+
+    def write(self, w: KaldiWriter) -> None:
+        self.write_updatable_common(w)
+        w.write_token("<NumRepeats>")
+        w.write_int32(self.num_repeats)
+        w.write_token("<LinearParams>")
+        w.write_matrix(self.linear_params)
+        w.write_token("<BiasParams>")
+        w.write_vector(self.bias_params)
+        w.write_token(self.closing_tag())
+
+    def info(self) -> str:
+        return (super().info() + f", num-repeats={self.num_repeats}"
+                + print_parameter_stats("linear-params", self.linear_params)
+                + print_parameter_stats("bias", self.bias_params, True))
+
+    def propagate(self, indexes: Any, in_value: np.ndarray, out_value: np.ndarray) -> None:
+        # Each row is num_repeats consecutive chunks; treat every chunk as a row.
+        _rows_of(in_value, out_value)
+        rows = in_value.shape[0]
+        block_in = self.linear_params.shape[1]
+        x = np.ascontiguousarray(in_value).reshape(rows * self.num_repeats, block_in)
+        y = x @ self.linear_params.T
+        y += self.bias_params
+        out_value[...] = y.reshape(rows, self.output_dim())
+        return None
+
+
+@register
+class NaturalGradientRepeatedAffineComponent(RepeatedAffineComponent):
+    """RepeatedAffineComponent with a fixed input-side natural-gradient setup."""
+
+    type_name = "NaturalGradientRepeatedAffineComponent"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.preconditioner_in = OnlineNaturalGradient()
+
+    def set_natural_gradient_configs(self) -> None:
+        # Not configurable in Kaldi: rank min(40, block-input-dim / 2), >= 1.
+        rank_in = 40
+        block_input_dim = int(self.linear_params.shape[1])
+        if rank_in > block_input_dim // 2:
+            rank_in = block_input_dim // 2
+        if rank_in < 1:
+            rank_in = 1
+        self.preconditioner_in.set_rank(rank_in)
+        self.preconditioner_in.set_update_period(4)
+
+    def consolidate_memory(self) -> None:
+        """Nothing to do in NumPy."""
+
+
+# Kaldi inherits RepeatedAffineComponent::Add, which accepts either type.
+NaturalGradientRepeatedAffineComponent._add_family = RepeatedAffineComponent
+
+
+# ---------------------------------------------------------------------------
+# Regular structure of a list of indexes (shared logic with convolution).
+
+
+@dataclass
+class ComputationIo:
+    """Kaldi's ConvolutionComputationIo: the regular grid covering the indexes."""
+
+    num_images: int = 0
+    start_t_in: int = 0
+    t_step_in: int = 0
+    num_t_in: int = 0
+    start_t_out: int = 0
+    t_step_out: int = 0
+    num_t_out: int = 0
+    reorder_t_in: int = 1
+
+
+def get_nx_list(indexes: list) -> list[tuple[int, int]]:
+    """Sorted distinct (n, x) pairs (blank indexes included, as in Kaldi)."""
+    return sorted({(ix[0], ix[2]) for ix in indexes})
+
+
+def get_t_list(indexes: list) -> list[int]:
+    """Sorted distinct t values, ignoring kNoTime."""
+    return sorted({ix[1] for ix in indexes if ix[1] != K_NO_TIME})
+
+
+def regularize_t_list(t_values: list[int]) -> tuple[int, int, int]:
+    """(start, step, count): the smallest arithmetic grid containing t_values."""
+    if not t_values:
+        raise ValueError("no t values (all indexes blank?)")
+    start = t_values[0]
+    step = 0
+    for a, b in zip(t_values, t_values[1:]):
+        step = math.gcd(step, b - a)
+    if step == 0:
+        return start, 0, 1
+    return start, step, 1 + (t_values[-1] - start) // step
+
+
+def get_computation_io(input_indexes: list, output_indexes: list) -> ComputationIo:
+    pairs = get_nx_list(input_indexes)
+    if not pairs:
+        raise ValueError("empty input indexes")
+    io = ComputationIo(num_images=len(pairs))
+    io.start_t_in, io.t_step_in, io.num_t_in = regularize_t_list(get_t_list(input_indexes))
+    io.start_t_out, io.t_step_out, io.num_t_out = regularize_t_list(get_t_list(output_indexes))
+    io.reorder_t_in = 1
+    return io
+
+
+def _create_indexes(nx_pairs: list[tuple[int, int]], t_start: int, t_step: int,
+                    num_t_values: int, reorder_t: int) -> list[Index]:
+    """Indexes on a grid; t has the largest stride, except that with
+    reorder_t > 1 each block of reorder_t consecutive t values is interleaved
+    (t varies fastest inside a block)."""
+    if reorder_t < 1 or num_t_values % reorder_t != 0 or t_step < 0:
+        raise ValueError("bad grid for index creation")
+    if t_step == 0:
+        if num_t_values != 1:
+            raise ValueError("t_step 0 with more than one t value")
+        t_step = 1
+    outer = t_step * reorder_t
+    t_end = t_start + num_t_values * t_step
+    out: list[Index] = []
+    for t_block in range(t_start, t_end, outer):
+        for n, x in nx_pairs:
+            for t in range(t_block, t_block + outer, t_step):
+                out.append(Index(n, t, x))
+    return out
+
+
+def _blank_missing(ref: list, indexes: list[Index]) -> list[Index]:
+    ref_set = set(ref)
+    return [ix if ix in ref_set else Index(ix[0], K_NO_TIME, ix[2]) for ix in indexes]
+
+
+def get_indexes_for_computation(io: ComputationIo, orig_input: list,
+                                orig_output: list) -> tuple[list[Index], list[Index]]:
+    pairs = get_nx_list(orig_input)
+    if len(pairs) != io.num_images:
+        raise ValueError("(n, x) pairs changed")
+    inp = _create_indexes(pairs, io.start_t_in, io.t_step_in, io.num_t_in, io.reorder_t_in)
+    out = _create_indexes(pairs, io.start_t_out, io.t_step_out, io.num_t_out, 1)
+    return _blank_missing(orig_input, inp), _blank_missing(orig_output, out)
+
+
+def _modify_computation_io(io: ComputationIo) -> None:
+    """Tdnn-specific fix-up: nonzero steps, and reorder_t_in for subsampling."""
+    if io.t_step_out == 0:
+        # A single output (or input) t: the step is a don't-care.
+        if io.t_step_in == 0:
+            io.t_step_in = 1
+        io.t_step_out = io.t_step_in
+    if io.t_step_in == 0 or io.t_step_out % io.t_step_in != 0:
+        raise ValueError(f"TdnnComponent: output t-step {io.t_step_out} is not a multiple of "
+                         f"input t-step {io.t_step_in}")
+    io.reorder_t_in = io.t_step_out // io.t_step_in
+    n = io.reorder_t_in
+    io.num_t_in = n * ((io.num_t_in + n - 1) // n)
+
+
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class TdnnPrecomputedIndexes:
+    """Kaldi's TdnnComponent::PrecomputedIndexes.
+
+    The input rows used for time offset i are
+    ``in[row_offsets[i] :: row_stride]`` (as many as there are output rows).
+    """
+
+    row_stride: int = 1
+    row_offsets: list[int] = field(default_factory=list)
+
+    type_name = "TdnnComponentPrecomputedIndexes"
+
+    def write(self, w: KaldiWriter) -> None:
+        w.write_token("<TdnnComponentPrecomputedIndexes>")
+        w.write_token("<RowStride>")
+        w.write_int32(self.row_stride)
+        w.write_token("<RowOffsets>")
+        w.write_int_vector(self.row_offsets)
+        w.write_token("</TdnnComponentPrecomputedIndexes>")
+
+    def read(self, r: KaldiReader) -> None:
+        r.expect_one_or_two_tokens("<TdnnComponentPrecomputedIndexes>", "<RowStride>")
+        self.row_stride = r.read_int32()
+        r.expect_token("<RowOffsets>")
+        self.row_offsets = r.read_int_vector()
+        r.expect_token("</TdnnComponentPrecomputedIndexes>")
+
+    def copy(self) -> "TdnnPrecomputedIndexes":
+        return TdnnPrecomputedIndexes(self.row_stride, list(self.row_offsets))
+
+
+def _input_part(mat: np.ndarray, num_output_rows: int, row_stride: int,
+                row_offset: int) -> np.ndarray:
+    """Rows row_offset, row_offset + stride, ... (num_output_rows of them), a view."""
+    if num_output_rows == 0:
+        return mat[:0]
+    last = row_offset + row_stride * (num_output_rows - 1)
+    if row_offset < 0 or row_stride < 1 or last >= mat.shape[0]:
+        raise ValueError(f"TdnnComponent: input has {mat.shape[0]} rows, need row {last}")
+    return mat[row_offset:last + 1:row_stride]
+
+
+@register
+class TdnnComponent(AffineParamsMixin, UpdatableComponent):
+    """Kaldi's TdnnComponent: splicing at ``time_offsets`` + affine transform."""
+
+    type_name = "TdnnComponent"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.time_offsets: list[int] = []
+        # output-dim x (input-dim * len(time_offsets)); column block i acts on
+        # the input at time t + time_offsets[i].
+        self.linear_params = np.zeros((0, 0), dtype=np.float32)
+        # Empty when use-bias=false.
+        self.bias_params = np.zeros((0,), dtype=np.float32)
+        self.orthonormal_constraint = 0.0
+        self.use_natural_gradient = True
+        self.preconditioner_in = OnlineNaturalGradient()
+        self.preconditioner_out = OnlineNaturalGradient()
+
+    # -- dims, properties --------------------------------------------------
+    def input_dim(self) -> int:
+        if not self.time_offsets:
+            return 0
+        return int(self.linear_params.shape[1]) // len(self.time_offsets)
+
+    def output_dim(self) -> int:
+        return int(self.linear_params.shape[0])
+
+    def properties(self) -> int:
+        p = Prop.UPDATABLE | Prop.REORDERS_INDEXES | Prop.BACKPROP_ADDS | Prop.BACKPROP_NEEDS_INPUT
+        if self.bias_params.shape[0] == 0:
+            p |= Prop.PROPAGATE_ADDS
+        return int(p)
+
+    def check(self) -> str | None:
+        """Kaldi's Check(): a description of the problem, or None if consistent."""
+        if self.linear_params.shape[0] <= 0:
+            return "no parameters"
+        if not self.time_offsets:
+            return "empty time-offsets"
+        if len(set(self.time_offsets)) != len(self.time_offsets):
+            return "repeated time-offsets"
+        if self.linear_params.shape[1] % len(self.time_offsets) != 0:
+            return "parameter columns not a multiple of the number of time-offsets"
+        if self.bias_params.shape[0] not in (0, self.linear_params.shape[0]):
+            return "bias dimension does not match output dimension"
+        return None
+
+    # -- configuration -----------------------------------------------------
+    def init_from_config(self, cfl: ConfigLine) -> None:
+        self.init_learning_rates_from_config(cfl)
+        offsets_str = cfl.get_str("time-offsets")
+        input_dim = cfl.get_int("input-dim", -1)
+        output_dim = cfl.get_int("output-dim", -1)
+        offsets: list[int] = []
+        ok = offsets_str is not None and input_dim > 0 and output_dim > 0
+        if ok:
+            parts = offsets_str.split(",")
+            ok = all(_INT_RE.match(p) for p in parts)
+            if ok:
+                offsets = [int(p) for p in parts]
+        if not ok or not offsets:
+            raise self.config_error(cfl, "bad initializer: there is a problem with "
+                                         "time-offsets, input-dim or output-dim (not defined?)")
+        if len(set(offsets)) != len(offsets):
+            raise self.config_error(cfl, "bad initializer: repeated time-offsets")
+        self.time_offsets = offsets
+
+        param_stddev = cfl.get_float("param-stddev", -1.0)
+        bias_stddev = cfl.get_float("bias-stddev", 1.0)
+        bias_mean = cfl.get_float("bias-mean", 0.0)
+        use_bias = cfl.get_bool("use-bias", True)
+        self.orthonormal_constraint = f32(cfl.get_float("orthonormal-constraint", 0.0))
+        spliced_input_dim = input_dim * len(offsets)
+        if param_stddev < 0.0:
+            param_stddev = 1.0 / math.sqrt(spliced_input_dim)
+        self.linear_params = _random_params(output_dim, spliced_input_dim, param_stddev)
+        if use_bias:
+            self.bias_params = _random_bias(output_dim, bias_stddev, bias_mean)
+        else:
+            self.bias_params = np.zeros((0,), dtype=np.float32)
+
+        self.use_natural_gradient = cfl.get_bool("use-natural-gradient", True)
+        rank_in = cfl.get_int("rank-in", -1)
+        rank_out = cfl.get_int("rank-out", -1)
+        alpha_in = cfl.get_float("alpha-in", 4.0)
+        alpha_out = cfl.get_float("alpha-out", 4.0)
+        num_samples_history = cfl.get_float("num-samples-history", 2000.0)
+        if rank_in < 0:
+            rank_in = min(20, (spliced_input_dim + 1) // 2)
+        if rank_out < 0:
+            rank_out = min(80, (output_dim + 1) // 2)
+        # The update period of a TdnnComponent is fixed at 4.
+        _set_preconditioner(self, cfl, None, self.preconditioner_in, rank=rank_in,
+                            num_samples_history=num_samples_history, alpha=alpha_in,
+                            update_period=4)
+        _set_preconditioner(self, cfl, None, self.preconditioner_out, rank=rank_out,
+                            num_samples_history=num_samples_history, alpha=alpha_out,
+                            update_period=4)
+
+    # -- I/O -------------------------------------------------------------
+    def read(self, r: KaldiReader) -> None:
+        _read_end_of_common(r, self)
+        r.expect_token("<TimeOffsets>")
+        self.time_offsets = r.read_int_vector()
+        r.expect_token("<LinearParams>")
+        self.linear_params = r.read_matrix()
+        r.expect_token("<BiasParams>")
+        self.bias_params = r.read_vector()
+        r.expect_token("<OrthonormalConstraint>")
+        self.orthonormal_constraint = r.read_float()
+        r.expect_token("<UseNaturalGradient>")
+        self.use_natural_gradient = r.read_bool()
+        r.expect_token("<NumSamplesHistory>")
+        num_samples_history = r.read_float()
+        token = r.read_token()
+        if token == "<AlphaInOut>":
+            alpha_in = r.read_float()
+            alpha_out = r.read_float()
+        elif token == "<Alpha>":
+            # An unreleased development format with a single alpha.
+            alpha_in = alpha_out = r.read_float()
+        else:
+            raise r.error(f"TdnnComponent: expected <AlphaInOut> or <Alpha>, got {token[:40]}")
+        r.expect_token("<RankInOut>")
+        rank_in = r.read_int32()
+        rank_out = r.read_int32()
+        _set_preconditioner(self, None, r, self.preconditioner_in, rank=rank_in,
+                            num_samples_history=num_samples_history, alpha=alpha_in,
+                            update_period=4)
+        _set_preconditioner(self, None, r, self.preconditioner_out, rank=rank_out,
+                            num_samples_history=num_samples_history, alpha=alpha_out,
+                            update_period=4)
+        r.expect_token("</TdnnComponent>")
+        problem = self.check()
+        if problem is not None:
+            raise r.error(f"TdnnComponent: {problem}")
+
+    def write(self, w: KaldiWriter) -> None:
+        self.write_updatable_common(w)
+        w.write_token("<TimeOffsets>")
+        w.write_int_vector(self.time_offsets)
+        w.write_token("<LinearParams>")
+        w.write_matrix(self.linear_params)
+        w.write_token("<BiasParams>")
+        w.write_vector(self.bias_params)
+        w.write_token("<OrthonormalConstraint>")
+        w.write_float(self.orthonormal_constraint)
+        w.write_token("<UseNaturalGradient>")
+        w.write_bool(self.use_natural_gradient)
+        w.write_token("<NumSamplesHistory>")
+        w.write_float(self.preconditioner_in.num_samples_history)
+        w.write_token("<AlphaInOut>")
+        w.write_float(self.preconditioner_in.alpha)
+        w.write_float(self.preconditioner_out.alpha)
+        w.write_token("<RankInOut>")
+        w.write_int32(self.preconditioner_in.rank)
+        w.write_int32(self.preconditioner_out.rank)
+        w.write_token("</TdnnComponent>")
+
+    def info(self) -> str:
+        s = super().info()
+        if self.orthonormal_constraint != 0.0:
+            s += f", orthonormal-constraint={fmt_g(self.orthonormal_constraint)}"
+        s += ", time-offsets=" + ",".join(str(t) for t in self.time_offsets)
+        s += print_parameter_stats("linear-params", self.linear_params, False, True, True,
+                                   verbose_level() >= 2)
+        if self.bias_params.shape[0] == 0:
+            s += ", has-bias=false"
+        else:
+            s += print_parameter_stats("bias", self.bias_params, True)
+        if not self.use_natural_gradient:
+            s += ", use-natural-gradient=false"
+        else:
+            p_in, p_out = self.preconditioner_in, self.preconditioner_out
+            s += (f", rank-in={p_in.rank}, rank-out={p_out.rank}"
+                  f", num-samples-history={fmt_g(p_in.num_samples_history)}"
+                  f", update-period={p_in.update_period}"
+                  f", alpha-in={fmt_g(p_in.alpha)}, alpha-out={fmt_g(p_out.alpha)}")
+        return s
+
+    # -- compiler hooks ----------------------------------------------------
+    def get_input_indexes(self, misc_info: Any, output_index: tuple) -> list[Index]:
+        n, t, x = output_index
+        if t == K_NO_TIME:
+            raise ValueError("TdnnComponent: output index without a time")
+        return [Index(n, t + off, x) for off in self.time_offsets]
+
+    def is_computable(self, misc_info: Any, output_index: tuple,
+                      input_index_set: Any) -> tuple[bool, list[Index]]:
+        """Computable only if the input exists at every time offset."""
+        n, t, x = output_index
+        if t == K_NO_TIME:
+            raise ValueError("TdnnComponent: output index without a time")
+        used: list[Index] = []
+        for off in self.time_offsets:
+            ix = Index(n, t + off, x)
+            if ix not in input_index_set:
+                return False, []
+            used.append(ix)
+        return True, used
+
+    def reorder_indexes(self, input_indexes: list, output_indexes: list
+                        ) -> tuple[list[Index], list[Index]]:
+        """Regular (t-major) order, padding gaps with blank (t = kNoTime) indexes."""
+        io = get_computation_io(input_indexes, output_indexes)
+        _modify_computation_io(io)
+        return get_indexes_for_computation(io, input_indexes, output_indexes)
+
+    def precompute_indexes(self, misc_info: Any, input_indexes: list, output_indexes: list,
+                           need_backprop: bool) -> TdnnPrecomputedIndexes:
+        io = get_computation_io(input_indexes, output_indexes)
+        _modify_computation_io(io)
+        ans = TdnnPrecomputedIndexes(row_stride=io.reorder_t_in)
+        n = io.reorder_t_in
+        for off in self.time_offsets:
+            required_t = io.start_t_out + off
+            # Position of required_t in the input grid, counting from 0.
+            input_t, rem = divmod(required_t - io.start_t_in, io.t_step_in)
+            if rem != 0 or input_t < 0:
+                raise ValueError(f"TdnnComponent: input t={required_t} is not on the input "
+                                 f"grid (start {io.start_t_in}, step {io.t_step_in})")
+            # With reorder_t_in = n, blocks of n t values are interleaved per
+            # image: the block index advances by num_images rows, the position
+            # inside the block by one row.
+            ans.row_offsets.append((input_t // n) * n * io.num_images + input_t % n)
+        return ans
+
+    # -- natural gradient ----------------------------------------------------
+    def freeze_natural_gradient(self, freeze: bool) -> None:
+        self.preconditioner_in.freeze(freeze)
+        self.preconditioner_out.freeze(freeze)
+
+    def consolidate_memory(self) -> None:
+        """Nothing to do in NumPy."""
+
+    # -- math --------------------------------------------------------------
+    def propagate(self, indexes: TdnnPrecomputedIndexes, in_value: np.ndarray,
+                  out_value: np.ndarray) -> None:
+        if not isinstance(indexes, TdnnPrecomputedIndexes):
+            raise TypeError("TdnnComponent.propagate needs TdnnPrecomputedIndexes")
+        if len(indexes.row_offsets) != len(self.time_offsets):
+            raise ValueError("TdnnComponent.propagate: precomputed indexes do not match")
+        if self.bias_params.shape[0] != 0:
+            out_value[...] = self.bias_params
+        # Without bias the component has PROPAGATE_ADDS: out_value is added to.
+        num_rows = out_value.shape[0]
+        d = self.input_dim()
+        for i, row_offset in enumerate(indexes.row_offsets):
+            part = _input_part(in_value, num_rows, indexes.row_stride, row_offset)
+            out_value += part @ self.linear_params[:, i * d:(i + 1) * d].T
+        return None

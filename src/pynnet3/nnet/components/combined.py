@@ -1,0 +1,799 @@
+"""Recurrent-cell nonlinearities and CompositeComponent.
+
+* ``LstmNonlinearityComponent``, ``GruNonlinearityComponent`` and
+  ``OutputGruNonlinearityComponent`` (Kaldi's nnet-combined-component): the
+  element-wise part of an LSTM / GRU cell, with its few diagonal or recurrent
+  parameters and value/derivative statistics for self-repair.
+* ``CompositeComponent`` (Kaldi's nnet-simple-component): a chain of simple
+  components run as one, to save memory (``max-rows-process``).
+
+Statistics are kept as sums (float64) in memory but written as averages
+(float32), dividing by the count exactly as Kaldi does so that re-writing a
+model gives Kaldi's bytes.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...kaldi_io import KaldiReader, KaldiWriter
+from ..config_line import ConfigLine
+from .attention import read_double_matrix
+from .base import (Component, Prop, UpdatableComponent, fmt_bool, fmt_g, new_component_of_type,
+                   print_parameter_stats, randn, read_component, register, summarize_vector)
+
+
+# ---------------------------------------------------------------------------
+# Kaldi's scalar sigmoid / tanh formulas (cu-math.cc, kaldi-matrix.cc), in float32.
+
+
+def kaldi_sigmoid(a: np.ndarray) -> np.ndarray:
+    a = np.asarray(a, dtype=np.float32)
+    e = np.exp(-np.abs(a))
+    one = np.float32(1.0)
+    return np.where(a > 0, one / (one + e), e / (e + one)).astype(np.float32)
+
+
+def kaldi_tanh(a: np.ndarray) -> np.ndarray:
+    a = np.asarray(a, dtype=np.float32)
+    e = np.exp(-np.abs(a))
+    t = np.float32(2.0) / (np.float32(1.0) + e * e)
+    return np.where(a > 0, t - np.float32(1.0), np.float32(1.0) - t).astype(np.float32)
+
+
+def _scale_stats_for_write(sums: np.ndarray, count: float) -> np.ndarray:
+    """Kaldi: convert the float64 sums to float32, then scale by the float32
+    value of 1/count (when count != 0)."""
+    avg = np.asarray(sums, dtype=np.float32)
+    if count != 0.0:
+        avg = avg * np.float32(1.0 / count)
+    return avg
+
+
+def _expect_after_common(r: KaldiReader, pending: str, token: str) -> None:
+    """After read_updatable_common: ``pending`` is the token it already
+    consumed ("" if it stopped after <LearningRate>)."""
+    if pending == "":
+        r.expect_token(token)
+    elif pending != token:
+        raise r.error(f"expected {token}, got {pending[:40]}")
+
+
+def _zero_or_scale(scale: float, *arrays: np.ndarray) -> None:
+    for a in arrays:
+        if scale == 0.0:
+            a[...] = 0.0
+        else:
+            a *= a.dtype.type(scale)
+
+
+# ---------------------------------------------------------------------------
+
+
+@register
+class LstmNonlinearityComponent(UpdatableComponent):
+    type_name = "LstmNonlinearityComponent"
+
+    _NONLIN_NAMES = ("i_t_sigmoid", "f_t_sigmoid", "c_t_tanh", "o_t_sigmoid", "m_t_tanh")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.params = np.zeros((3, 0), dtype=np.float32)     # rows w_ic, w_fc, w_oc
+        self.use_dropout = False
+        self.value_sum = np.zeros((5, 0), dtype=np.float64)
+        self.deriv_sum = np.zeros((5, 0), dtype=np.float64)
+        # 5 self-repair thresholds, then 5 self-repair scales.
+        self.self_repair_config = np.zeros(10, dtype=np.float32)
+        self.self_repair_total = np.zeros(5, dtype=np.float64)
+        self.count = 0.0
+
+    def cell_dim(self) -> int:
+        return int(self.params.shape[1])
+
+    def input_dim(self) -> int:
+        return self.value_sum.shape[1] * 5 + (3 if self.use_dropout else 0)
+
+    def output_dim(self) -> int:
+        return self.value_sum.shape[1] * 2
+
+    def properties(self) -> int:
+        return Prop.SIMPLE | Prop.UPDATABLE | Prop.BACKPROP_NEEDS_INPUT
+
+    def num_parameters(self) -> int:
+        return int(self.params.size)
+
+    def init_from_config(self, cfl: ConfigLine) -> None:
+        self.init_learning_rates_from_config(cfl)
+        cell_dim = cfl.get_int("cell-dim")
+        param_stddev = cfl.get_float("param-stddev", 1.0)
+        tanh_thr = cfl.get_float("tanh-self-repair-threshold", 0.2)
+        sigmoid_thr = cfl.get_float("sigmoid-self-repair-threshold", 0.05)
+        sr_scale = cfl.get_float("self-repair-scale", 1.0e-05)
+        use_dropout = cfl.get_bool("use-dropout", False)
+        if cell_dim is None:
+            raise self.config_error(cfl, "cell-dim is required")
+        if not (cell_dim > 0 and param_stddev >= 0.0 and 0.0 <= tanh_thr <= 1.0
+                and 0.0 <= sigmoid_thr <= 0.25 and 0.0 <= sr_scale <= 0.1):
+            raise self.config_error(cfl, "invalid values: need cell-dim > 0, param-stddev >= 0, "
+                                         "0 <= tanh-self-repair-threshold <= 1, "
+                                         "0 <= sigmoid-self-repair-threshold <= 0.25, "
+                                         "0 <= self-repair-scale <= 0.1")
+        self.use_dropout = use_dropout
+        self.params = randn(3, cell_dim) * np.float32(param_stddev)
+        self.value_sum = np.zeros((5, cell_dim), dtype=np.float64)
+        self.deriv_sum = np.zeros((5, cell_dim), dtype=np.float64)
+        cfg = np.full(10, sigmoid_thr, dtype=np.float32)
+        cfg[2] = tanh_thr
+        cfg[4] = tanh_thr
+        cfg[5:] = sr_scale
+        self.self_repair_config = cfg
+        self.self_repair_total = np.zeros(5, dtype=np.float64)
+        self.count = 0.0
+
+    def read(self, r: KaldiReader) -> None:
+        pending = self.read_updatable_common(r)
+        _expect_after_common(r, pending, "<Params>")
+        self.params = r.read_matrix()
+        r.expect_token("<ValueAvg>")
+        value_avg = read_double_matrix(r)
+        r.expect_token("<DerivAvg>")
+        deriv_avg = read_double_matrix(r)
+        r.expect_token("<SelfRepairConfig>")
+        self.self_repair_config = r.read_vector()
+        r.expect_token("<SelfRepairProb>")
+        self_repair_prob = r.read_double_vector()
+        tok = r.read_token()
+        self.use_dropout = False
+        if tok == "<UseDropout>":
+            self.use_dropout = r.read_bool()
+            tok = r.read_token()
+        if tok != "<Count>":
+            raise r.error(f"{self.type_name}: expected <Count>, got {tok[:40]}")
+        self.count = r.read_double()
+        # on disk: averages; in memory: sums.
+        self.value_sum = value_avg * self.count
+        self.deriv_sum = deriv_avg * self.count
+        self.self_repair_total = self_repair_prob * (self.count * self.cell_dim())
+        r.expect_token(self.closing_tag())
+        if (self.params.shape[0] != 3 or self.value_sum.shape != (5, self.cell_dim())
+                or self.deriv_sum.shape != (5, self.cell_dim())
+                or self.self_repair_config.shape[0] != 10
+                or self.self_repair_total.shape[0] != 5):
+            raise r.error(f"{self.type_name}: inconsistent dimensions")
+
+    def write(self, w: KaldiWriter) -> None:
+        self.write_updatable_common(w)
+        w.write_token("<Params>")
+        w.write_matrix(self.params)
+        w.write_token("<ValueAvg>")
+        w.write_matrix(_scale_stats_for_write(self.value_sum, self.count))
+        w.write_token("<DerivAvg>")
+        w.write_matrix(_scale_stats_for_write(self.deriv_sum, self.count))
+        w.write_token("<SelfRepairConfig>")
+        w.write_vector(self.self_repair_config)
+        w.write_token("<SelfRepairProb>")
+        w.write_vector(_scale_stats_for_write(self.self_repair_total,
+                                              self.count * self.cell_dim()))
+        if self.use_dropout:
+            w.write_token("<UseDropout>")
+            w.write_bool(True)
+        w.write_token("<Count>")
+        w.write_double(self.count)
+        w.write_token(self.closing_tag())
+
+    def info(self) -> str:
+        cell_dim = self.cell_dim()
+        s = (super().info() + f", cell-dim={cell_dim}"
+             f", use-dropout={fmt_bool(self.use_dropout)}")
+        for i, name in enumerate(("w_ic", "w_fc", "w_oc")):
+            s += print_parameter_stats(name, self.params[i])
+        if self.count > 0:
+            s += f", count={fmt_g(self.count, 3)}"
+        for i, name in enumerate(self._NONLIN_NAMES):
+            s += (f", {name}={{ self-repair-lower-threshold={fmt_g(self.self_repair_config[i])}"
+                  f", self-repair-scale={fmt_g(self.self_repair_config[i + 5])}")
+            if self.count != 0:
+                prop = np.float32(self.self_repair_total[i] / (self.count * cell_dim))
+                inv = np.float32(1.0 / self.count)
+                value_avg = self.value_sum[i].astype(np.float32) * inv
+                deriv_avg = self.deriv_sum[i].astype(np.float32) * inv
+                s += (f", self-repaired-proportion={fmt_g(prop)}"
+                      f", value-avg={summarize_vector(value_avg)}"
+                      f", deriv-avg={summarize_vector(deriv_avg)}")
+            s += " }"
+        return s
+
+    def zero_stats(self) -> None:
+        self.value_sum[...] = 0.0
+        self.deriv_sum[...] = 0.0
+        self.self_repair_total[...] = 0.0
+        self.count = 0.0
+
+    def scale(self, alpha: float) -> None:
+        _zero_or_scale(alpha, self.params, self.value_sum, self.deriv_sum,
+                       self.self_repair_total)
+        self.count = 0.0 if alpha == 0.0 else self.count * alpha
+
+    def add(self, alpha: float, other: Component) -> None:
+        assert isinstance(other, LstmNonlinearityComponent)
+        self.params += np.float32(alpha) * other.params
+        self.value_sum += alpha * other.value_sum
+        self.deriv_sum += alpha * other.deriv_sum
+        self.self_repair_total += alpha * other.self_repair_total
+        self.count += alpha * other.count
+
+    def dot_product(self, other: "LstmNonlinearityComponent") -> float:
+        return float(np.vdot(self.params.astype(np.float64), other.params))
+
+    def vectorize(self) -> np.ndarray:
+        return self.params.reshape(-1).copy()
+
+    def unvectorize(self, params: np.ndarray) -> None:
+        self.params[...] = params.reshape(self.params.shape)
+
+    def propagate(self, indexes, in_value: np.ndarray, out_value: np.ndarray) -> None:
+        c = self.cell_dim()
+        x = np.asarray(in_value, dtype=np.float32)
+        i_part, f_part = x[:, 0:c], x[:, c:2 * c]
+        c_part, o_part, c_prev = x[:, 2 * c:3 * c], x[:, 3 * c:4 * c], x[:, 4 * c:5 * c]
+        if x.shape[1] == 5 * c + 3:
+            # per-frame dropout masks for i_t, f_t and o_t
+            i_scale, f_scale, o_scale = (x[:, 5 * c:5 * c + 1], x[:, 5 * c + 1:5 * c + 2],
+                                         x[:, 5 * c + 2:5 * c + 3])
+        elif x.shape[1] == 5 * c:
+            i_scale = f_scale = o_scale = np.float32(1.0)
+        else:
+            raise ValueError(f"{self.type_name}: input has {x.shape[1]} columns, "
+                             f"expected {5 * c} or {5 * c + 3}")
+        w_ic, w_fc, w_oc = self.params[0], self.params[1], self.params[2]
+        i_t = kaldi_sigmoid(i_part + w_ic * c_prev)
+        f_t = kaldi_sigmoid(f_part + w_fc * c_prev)
+        c_t = f_t * f_scale * c_prev + i_t * i_scale * kaldi_tanh(c_part)
+        o_t = kaldi_sigmoid(o_part + w_oc * c_t)
+        out_value[:, :c] = c_t
+        out_value[:, c:2 * c] = o_t * o_scale * kaldi_tanh(c_t)
+        return None
+
+
+class _GruStatsMixin:
+    """Value/derivative statistics shared by the two GRU nonlinearities."""
+
+    cell_dim: int
+    value_sum: np.ndarray
+    deriv_sum: np.ndarray
+    self_repair_total: float
+    count: float
+    self_repair_threshold: float
+    self_repair_scale: float
+
+    def _read_stats(self, r: KaldiReader) -> None:
+        r.expect_token("<ValueAvg>")
+        value_avg = r.read_double_vector()
+        r.expect_token("<DerivAvg>")
+        deriv_avg = r.read_double_vector()
+        r.expect_token("<SelfRepairTotal>")
+        self.self_repair_total = r.read_double()
+        r.expect_token("<Count>")
+        self.count = r.read_double()
+        self.value_sum = value_avg * self.count
+        self.deriv_sum = deriv_avg * self.count
+        r.expect_token("<SelfRepairThreshold>")
+        self.self_repair_threshold = r.read_float()
+        r.expect_token("<SelfRepairScale>")
+        self.self_repair_scale = r.read_float()
+
+    def _write_stats(self, w: KaldiWriter) -> None:
+        w.write_token("<ValueAvg>")
+        w.write_vector(_scale_stats_for_write(self.value_sum, self.count))
+        w.write_token("<DerivAvg>")
+        w.write_vector(_scale_stats_for_write(self.deriv_sum, self.count))
+        w.write_token("<SelfRepairTotal>")
+        w.write_double(self.self_repair_total)
+        w.write_token("<Count>")
+        w.write_double(self.count)
+        w.write_token("<SelfRepairThreshold>")
+        w.write_float(self.self_repair_threshold)
+        w.write_token("<SelfRepairScale>")
+        w.write_float(self.self_repair_scale)
+
+    def _stats_info(self) -> str:
+        s = (f", self-repair-threshold={fmt_g(self.self_repair_threshold)}"
+             f", self-repair-scale={fmt_g(self.self_repair_scale)}")
+        if self.count > 0:
+            inv = np.float32(1.0 / self.count)
+            s += (f", count={fmt_g(self.count, 3)}"
+                  f", self-repaired-proportion="
+                  f"{fmt_g(self.self_repair_total / (self.count * self.cell_dim))}"
+                  f", value-avg={summarize_vector(self.value_sum.astype(np.float32) * inv)}"
+                  f", deriv-avg={summarize_vector(self.deriv_sum.astype(np.float32) * inv)}")
+        return s
+
+    def _init_stats(self) -> None:
+        self.count = 0.0
+        self.self_repair_total = 0.0
+        self.value_sum = np.zeros(self.cell_dim, dtype=np.float64)
+        self.deriv_sum = np.zeros(self.cell_dim, dtype=np.float64)
+
+    def zero_stats(self) -> None:
+        self.value_sum[...] = 0.0
+        self.deriv_sum[...] = 0.0
+        self.self_repair_total = 0.0
+        self.count = 0.0
+
+    def _scale_stats(self, alpha: float) -> None:
+        _zero_or_scale(alpha, self.value_sum, self.deriv_sum)
+        self.self_repair_total = 0.0 if alpha == 0.0 else self.self_repair_total * alpha
+        self.count = 0.0 if alpha == 0.0 else self.count * alpha
+
+    def _add_stats(self, alpha: float, other: "_GruStatsMixin") -> None:
+        self.value_sum += alpha * other.value_sum
+        self.deriv_sum += alpha * other.deriv_sum
+        self.self_repair_total += alpha * other.self_repair_total
+        self.count += alpha * other.count
+
+
+@register
+class GruNonlinearityComponent(_GruStatsMixin, UpdatableComponent):
+    """(z_t, r_t, hpart_t, c_{t-1}[, s_{t-1}]) -> (h_t, c_t); s_{t-1} is a
+    separate input only for projected GRUs (recurrent-dim < cell-dim)."""
+
+    type_name = "GruNonlinearityComponent"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cell_dim = 0
+        self.recurrent_dim = 0
+        self.w_h = np.zeros((0, 0), dtype=np.float32)
+        self.self_repair_threshold = 0.2
+        self.self_repair_scale = 1.0e-05
+        self.alpha = 4.0
+        self.rank_in = 20
+        self.rank_out = 80
+        self.update_period = 4
+        self._init_stats()
+
+    def input_dim(self) -> int:
+        if self.recurrent_dim == self.cell_dim:
+            return 4 * self.cell_dim
+        return 3 * self.cell_dim + 2 * self.recurrent_dim
+
+    def output_dim(self) -> int:
+        return 2 * self.cell_dim
+
+    def properties(self) -> int:
+        return (Prop.SIMPLE | Prop.UPDATABLE | Prop.BACKPROP_NEEDS_INPUT
+                | Prop.BACKPROP_NEEDS_OUTPUT | Prop.BACKPROP_ADDS)
+
+    def num_parameters(self) -> int:
+        return int(self.w_h.size)
+
+    def init_from_config(self, cfl: ConfigLine) -> None:
+        self.init_learning_rates_from_config(cfl)
+        cell_dim = cfl.get_int("cell-dim", -1)
+        if cell_dim <= 0:
+            raise self.config_error(cfl, "cell-dim > 0 is required")
+        self.cell_dim = cell_dim
+        param_stddev = cfl.get_float("param-stddev", 1.0 / math.sqrt(cell_dim))
+        self.recurrent_dim = cfl.get_int("recurrent-dim", -1)
+        self.self_repair_threshold = float(np.float32(cfl.get_float("self-repair-threshold", 0.2)))
+        self.self_repair_scale = float(np.float32(cfl.get_float("self-repair-scale", 1.0e-05)))
+        self.alpha = float(np.float32(cfl.get_float("alpha", 4.0)))
+        self.rank_in = cfl.get_int("rank-in", 20)
+        self.rank_out = cfl.get_int("rank-out", 80)
+        self.update_period = cfl.get_int("update-period", 4)
+        if self.recurrent_dim < 0:
+            self.recurrent_dim = cell_dim
+        if self.recurrent_dim == 0 or self.recurrent_dim > cell_dim:
+            raise self.config_error(cfl, "invalid values for cell-dim and recurrent-dim")
+        if self.self_repair_threshold < 0.0 or self.self_repair_scale < 0.0:
+            raise self.config_error(cfl, "self-repair-threshold and self-repair-scale must be >= 0")
+        self.w_h = randn(cell_dim, self.recurrent_dim) * np.float32(param_stddev)
+        self._init_stats()
+
+    def read(self, r: KaldiReader) -> None:
+        pending = self.read_updatable_common(r)
+        _expect_after_common(r, pending, "<CellDim>")
+        self.cell_dim = r.read_int32()
+        r.expect_token("<RecurrentDim>")
+        self.recurrent_dim = r.read_int32()
+        r.expect_token("<w_h>")
+        self.w_h = r.read_matrix()
+        self._read_stats(r)
+        r.expect_token("<Alpha>")
+        self.alpha = r.read_float()
+        r.expect_token("<RankInOut>")
+        self.rank_in = r.read_int32()
+        self.rank_out = r.read_int32()
+        r.expect_token("<UpdatePeriod>")
+        self.update_period = r.read_int32()
+        r.expect_token(self.closing_tag())
+        if (self.w_h.shape != (self.cell_dim, self.recurrent_dim)
+                or self.value_sum.shape[0] != self.cell_dim
+                or self.deriv_sum.shape[0] != self.cell_dim):
+            raise r.error(f"{self.type_name}: inconsistent dimensions")
+
+    def write(self, w: KaldiWriter) -> None:
+        self.write_updatable_common(w)
+        w.write_token("<CellDim>")
+        w.write_int32(self.cell_dim)
+        w.write_token("<RecurrentDim>")
+        w.write_int32(self.recurrent_dim)
+        w.write_token("<w_h>")
+        w.write_matrix(self.w_h)
+        self._write_stats(w)
+        w.write_token("<Alpha>")
+        w.write_float(self.alpha)
+        w.write_token("<RankInOut>")
+        w.write_int32(self.rank_in)
+        w.write_int32(self.rank_out)
+        w.write_token("<UpdatePeriod>")
+        w.write_int32(self.update_period)
+        w.write_token(self.closing_tag())
+
+    def info(self) -> str:
+        s = (super().info() + f", cell-dim={self.cell_dim}, recurrent-dim={self.recurrent_dim}"
+             + print_parameter_stats("w_h", self.w_h) + self._stats_info())
+        s += (f", alpha={fmt_g(self.alpha)}, rank-in={self.rank_in}, rank-out={self.rank_out}"
+              f", update-period={self.update_period}")
+        return s
+
+    def scale(self, alpha: float) -> None:
+        _zero_or_scale(alpha, self.w_h)
+        self._scale_stats(alpha)
+
+    def add(self, alpha: float, other: Component) -> None:
+        assert isinstance(other, GruNonlinearityComponent)
+        self.w_h += np.float32(alpha) * other.w_h
+        self._add_stats(alpha, other)
+
+    def dot_product(self, other: "GruNonlinearityComponent") -> float:
+        return float(np.vdot(self.w_h.astype(np.float64), other.w_h))
+
+    def vectorize(self) -> np.ndarray:
+        return self.w_h.reshape(-1).copy()
+
+    def unvectorize(self, params: np.ndarray) -> None:
+        self.w_h[...] = params.reshape(self.w_h.shape)
+
+    def propagate(self, indexes, in_value: np.ndarray, out_value: np.ndarray) -> None:
+        c, r = self.cell_dim, self.recurrent_dim
+        x = np.asarray(in_value, dtype=np.float32)
+        z_t, r_t = x[:, :c], x[:, c:c + r]
+        hpart_t, c_t1 = x[:, c + r:2 * c + r], x[:, 2 * c + r:3 * c + r]
+        # for a non-projected GRU s_{t-1} is the same memory as c_{t-1}
+        s_t1 = x[:, x.shape[1] - r:]
+        h_t = kaldi_tanh(hpart_t + (r_t * s_t1) @ self.w_h.T)
+        out_value[:, :c] = h_t
+        out_value[:, c:] = h_t - z_t * h_t + z_t * c_t1
+        return None
+
+
+@register
+class OutputGruNonlinearityComponent(_GruStatsMixin, UpdatableComponent):
+    """(z_t, hpart_t, c_{t-1}) -> (h_t, c_t) with a diagonal recurrence."""
+
+    type_name = "OutputGruNonlinearityComponent"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cell_dim = 0
+        self.w_h = np.zeros(0, dtype=np.float32)
+        self.self_repair_threshold = 0.2
+        self.self_repair_scale = 1.0e-05
+        self.alpha = 4.0
+        self.rank = 8
+        self.update_period = 10
+        self._init_stats()
+
+    def input_dim(self) -> int:
+        return 3 * self.cell_dim
+
+    def output_dim(self) -> int:
+        return 2 * self.cell_dim
+
+    def properties(self) -> int:
+        return (Prop.SIMPLE | Prop.UPDATABLE | Prop.BACKPROP_NEEDS_INPUT
+                | Prop.BACKPROP_NEEDS_OUTPUT | Prop.BACKPROP_ADDS)
+
+    def num_parameters(self) -> int:
+        return int(self.w_h.size)
+
+    def init_from_config(self, cfl: ConfigLine) -> None:
+        self.init_learning_rates_from_config(cfl)
+        cell_dim = cfl.get_int("cell-dim", -1)
+        if cell_dim <= 0:
+            raise self.config_error(cfl, "cell-dim > 0 is required")
+        self.cell_dim = cell_dim
+        self.self_repair_threshold = float(np.float32(cfl.get_float("self-repair-threshold", 0.2)))
+        self.self_repair_scale = float(np.float32(cfl.get_float("self-repair-scale", 1.0e-05)))
+        param_mean = cfl.get_float("param-mean", 0.0)
+        param_stddev = cfl.get_float("param-stddev", 1.0)
+        self.alpha = float(np.float32(cfl.get_float("alpha", 4.0)))
+        self.rank = cfl.get_int("rank", 8)
+        self.update_period = cfl.get_int("update-period", 10)
+        if self.self_repair_threshold < 0.0 or self.self_repair_scale < 0.0:
+            raise self.config_error(cfl, "self-repair-threshold and self-repair-scale must be >= 0")
+        self.w_h = randn(cell_dim) * np.float32(param_stddev) + np.float32(param_mean)
+        self._init_stats()
+
+    def read(self, r: KaldiReader) -> None:
+        pending = self.read_updatable_common(r)
+        _expect_after_common(r, pending, "<CellDim>")
+        self.cell_dim = r.read_int32()
+        r.expect_token("<w_h>")
+        self.w_h = r.read_vector()
+        self._read_stats(r)
+        r.expect_token("<Alpha>")
+        self.alpha = r.read_float()
+        r.expect_token("<Rank>")
+        self.rank = r.read_int32()
+        r.expect_token("<UpdatePeriod>")
+        self.update_period = r.read_int32()
+        r.expect_token(self.closing_tag())
+        if (self.w_h.shape[0] != self.cell_dim or self.value_sum.shape[0] != self.cell_dim
+                or self.deriv_sum.shape[0] != self.cell_dim):
+            raise r.error(f"{self.type_name}: inconsistent dimensions")
+
+    def write(self, w: KaldiWriter) -> None:
+        self.write_updatable_common(w)
+        w.write_token("<CellDim>")
+        w.write_int32(self.cell_dim)
+        w.write_token("<w_h>")
+        w.write_vector(self.w_h)
+        self._write_stats(w)
+        w.write_token("<Alpha>")
+        w.write_float(self.alpha)
+        w.write_token("<Rank>")
+        w.write_int32(self.rank)
+        w.write_token("<UpdatePeriod>")
+        w.write_int32(self.update_period)
+        w.write_token(self.closing_tag())
+
+    def info(self) -> str:
+        s = (super().info() + f", cell-dim={self.cell_dim}"
+             + print_parameter_stats("w_h", self.w_h) + self._stats_info())
+        s += (f", alpha={fmt_g(self.alpha)}, rank={self.rank}"
+              f", update-period={self.update_period}")
+        return s
+
+    def scale(self, alpha: float) -> None:
+        _zero_or_scale(alpha, self.w_h)
+        self._scale_stats(alpha)
+
+    def add(self, alpha: float, other: Component) -> None:
+        assert isinstance(other, OutputGruNonlinearityComponent)
+        self.w_h += np.float32(alpha) * other.w_h
+        self._add_stats(alpha, other)
+
+    def dot_product(self, other: "OutputGruNonlinearityComponent") -> float:
+        return float(np.dot(self.w_h.astype(np.float64), other.w_h))
+
+    def vectorize(self) -> np.ndarray:
+        return self.w_h.copy()
+
+    def unvectorize(self, params: np.ndarray) -> None:
+        self.w_h[...] = params
+
+    def propagate(self, indexes, in_value: np.ndarray, out_value: np.ndarray) -> None:
+        c = self.cell_dim
+        x = np.asarray(in_value, dtype=np.float32)
+        z_t, hpart_t, c_t1 = x[:, :c], x[:, c:2 * c], x[:, 2 * c:3 * c]
+        h_t = kaldi_tanh(c_t1 * self.w_h + hpart_t)
+        out_value[:, :c] = h_t
+        out_value[:, c:] = h_t - z_t * h_t + z_t * c_t1
+        return None
+
+
+# ---------------------------------------------------------------------------
+
+
+@register
+class CompositeComponent(UpdatableComponent):
+    """A sequence of simple components applied one after the other."""
+
+    type_name = "CompositeComponent"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.components: list[Component] = []
+        self.max_rows_process = 0
+
+    def init(self, components: list[Component], max_rows_process: int) -> None:
+        if not components:
+            raise ValueError("CompositeComponent needs at least one component")
+        for i, comp in enumerate(components):
+            if not comp.properties() & Prop.SIMPLE:
+                raise ValueError(f"CompositeComponent: component {i + 1} "
+                                 f"({comp.type_name}) is not a simple component")
+            if i > 0 and comp.input_dim() != components[i - 1].output_dim():
+                raise ValueError(f"CompositeComponent: input-dim {comp.input_dim()} of "
+                                 f"component {i + 1} does not match output-dim "
+                                 f"{components[i - 1].output_dim()} of component {i}")
+        self.components = components
+        self.max_rows_process = max_rows_process
+
+    def _updatable_subs(self) -> list[UpdatableComponent]:
+        return [c for c in self.components if c.properties() & Prop.UPDATABLE]
+
+    def is_updatable(self) -> bool:
+        return bool(self._updatable_subs())
+
+    def input_dim(self) -> int:
+        return self.components[0].input_dim()
+
+    def output_dim(self) -> int:
+        return self.components[-1].output_dim()
+
+    def properties(self) -> int:
+        last = self.components[-1].properties()
+        first = self.components[0].properties()
+        ans = (Prop.SIMPLE | Prop.BACKPROP_NEEDS_INPUT
+               | (last & (Prop.PROPAGATE_ADDS | Prop.BACKPROP_NEEDS_OUTPUT
+                          | Prop.OUTPUT_CONTIGUOUS))
+               | (first & (Prop.BACKPROP_ADDS | Prop.INPUT_CONTIGUOUS))
+               | (Prop.UPDATABLE if self.is_updatable() else 0))
+        # stats of the sub-components are stored during backprop, which then
+        # needs the output of the last one.
+        if last & Prop.STORES_STATS:
+            ans |= Prop.BACKPROP_NEEDS_OUTPUT
+        return int(ans)
+
+    # -- configuration -----------------------------------------------------
+    def init_from_config(self, cfl: ConfigLine) -> None:
+        max_rows_process = cfl.get_int("max-rows-process", 4096)
+        num_components = cfl.get_int("num-components", -1)
+        if num_components < 1:
+            raise self.config_error(cfl, "expected num-components to be defined (>= 1)")
+        components: list[Component] = []
+        for i in range(1, num_components + 1):
+            key = f"component{i}"
+            text = cfl.get_str(key)
+            if text is None:
+                raise self.config_error(cfl, f"expected '{key}' to be defined")
+            try:
+                nested = ConfigLine(text, cfl.source, cfl.line_number)
+            except Exception as e:
+                raise self.config_error(cfl, f"could not parse config line for '{key}': "
+                                             f"{e}") from None
+            comp_type = nested.get_str("type")
+            comp = new_component_of_type(comp_type) if comp_type else None
+            if comp is None or nested.first_token != "":
+                raise self.config_error(cfl, f"could not parse config line for '{key}' "
+                                             "(or undefined or bad component type [type=xxx])")
+            if comp.type_name == "CompositeComponent":
+                raise self.config_error(cfl, "found CompositeComponent nested within "
+                                             f"CompositeComponent (in '{key}')")
+            comp.init_from_config(nested)
+            props = comp.properties()
+            if props & Prop.RANDOM or not props & Prop.SIMPLE:
+                raise self.config_error(cfl, "CompositeComponent contains disallowed component "
+                                             f"type {comp.type_name} (in '{key}')")
+            components.append(comp)
+        try:
+            self.init(components, max_rows_process)
+        except ValueError as e:
+            raise self.config_error(cfl, str(e)) from None
+
+    # -- I/O -------------------------------------------------------------------
+    def read(self, r: KaldiReader) -> None:
+        token = r.read_token()
+        if token == self.opening_tag():
+            token = r.read_token()
+        self.learning_rate_factor = 1.0
+        self.is_gradient = False
+        self.max_change = 0.0
+        self.l2_regularize = 0.0
+        if token == "<LearningRateFactor>":
+            self.learning_rate_factor = r.read_float()
+            token = r.read_token()
+        if token == "<IsGradient>":
+            self.is_gradient = r.read_bool()
+            token = r.read_token()
+        # (Kaldi's reader stops here; these two are accepted for robustness
+        # since the common writer may emit them.)
+        if token == "<MaxChange>":
+            self.max_change = r.read_float()
+            token = r.read_token()
+        if token == "<L2Regularize>":
+            self.l2_regularize = r.read_float()
+            token = r.read_token()
+        if token == "<LearningRate>":
+            self.learning_rate = r.read_float()
+            token = r.read_token()
+        if token != "<MaxRowsProcess>":
+            raise r.error(f"{self.type_name}: expected token <MaxRowsProcess>, got {token[:40]}")
+        max_rows_process = r.read_int32()
+        r.expect_token("<NumComponents>")
+        num_components = r.read_int32()
+        if num_components < 0 or num_components > 100000:
+            raise r.error(f"{self.type_name}: bad num-components {num_components}")
+        components = [read_component(r) for _ in range(num_components)]
+        try:
+            self.init(components, max_rows_process)
+        except ValueError as e:
+            raise r.error(str(e)) from None
+        r.expect_token(self.closing_tag())
+
+    def write(self, w: KaldiWriter) -> None:
+        self.write_updatable_common(w)
+        w.write_token("<MaxRowsProcess>")
+        w.write_int32(self.max_rows_process)
+        w.write_token("<NumComponents>")
+        w.write_int32(len(self.components))
+        for comp in self.components:
+            comp.write(w)
+        w.write_token(self.closing_tag())
+
+    def info(self) -> str:
+        return f"{self.type_name} " + ", ".join(
+            f"sub-component{i + 1} = {{ {c.info()} }}" for i, c in enumerate(self.components))
+
+    # -- parameters and stats ------------------------------------------------
+    def num_parameters(self) -> int:
+        return sum(c.num_parameters() for c in self._updatable_subs())
+
+    def scale(self, alpha: float) -> None:
+        for c in self.components:
+            c.scale(alpha)
+
+    def add(self, alpha: float, other: Component) -> None:
+        assert isinstance(other, CompositeComponent) and len(other.components) == len(
+            self.components), "mismatching nnet topologies"
+        for a, b in zip(self.components, other.components):
+            a.add(alpha, b)
+
+    def zero_stats(self) -> None:
+        for c in self.components:
+            c.zero_stats()
+
+    def set_underlying_learning_rate(self, lrate: float) -> None:
+        super().set_underlying_learning_rate(lrate)
+        # a learning-rate factor at this level applies on top of the subs' own.
+        for c in self._updatable_subs():
+            c.set_underlying_learning_rate(self.learning_rate)
+
+    def set_actual_learning_rate(self, lrate: float) -> None:
+        super().set_actual_learning_rate(lrate)
+        for c in self._updatable_subs():
+            c.set_actual_learning_rate(lrate)
+
+    def set_as_gradient(self) -> None:
+        super().set_as_gradient()
+        for c in self._updatable_subs():
+            c.set_as_gradient()
+
+    def dot_product(self, other: "CompositeComponent") -> float:
+        return float(sum(a.dot_product(b) for a, b in zip(self.components, other.components)
+                         if a.properties() & Prop.UPDATABLE))
+
+    def vectorize(self) -> np.ndarray:
+        parts = [c.vectorize() for c in self._updatable_subs()]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+
+    def unvectorize(self, params: np.ndarray) -> None:
+        offset = 0
+        for c in self._updatable_subs():
+            n = c.num_parameters()
+            c.unvectorize(params[offset:offset + n])
+            offset += n
+
+    # -- math -----------------------------------------------------------------
+    def propagate(self, indexes, in_value: np.ndarray, out_value: np.ndarray) -> None:
+        num_rows = in_value.shape[0]
+        step = self.max_rows_process
+        if step > 0 and num_rows > step:
+            # Kaldi processes row blocks separately to bound memory.
+            for start in range(0, num_rows, step):
+                self.propagate(None, in_value[start:start + step], out_value[start:start + step])
+            return None
+        cur = in_value
+        last = len(self.components) - 1
+        for i, comp in enumerate(self.components):
+            if i == last:
+                dest = out_value
+            else:
+                dest = np.zeros((num_rows, comp.output_dim()), dtype=np.float32)
+            comp.propagate(None, cur, dest)
+            cur = dest
+        return None

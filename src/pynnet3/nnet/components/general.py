@@ -1,0 +1,778 @@
+"""General (non-simple) components: they map indexes in their own way, so they
+implement the compiler hooks (get_input_indexes, is_computable,
+reorder_indexes, precompute_indexes).  Kaldi reference:
+nnet-general-component.{h,cc}.
+
+This file: DistributeComponent, StatisticsExtractionComponent,
+StatisticsPoolingComponent, BackpropTruncationComponent and their
+precomputed-index classes.  The rest of the family (ConstantComponent and the
+random components) is in :mod:`general2`.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ...kaldi_io import KaldiReader, KaldiWriter
+from ..config_line import ConfigLine
+from ..index import Index
+from .base import Component, Prop, fmt_g, register
+
+_F32 = np.float32
+
+
+def _f32(x: float) -> float:
+    return float(np.float32(x))
+
+
+def divide_rounding_down(a: int, b: int) -> int:
+    """Kaldi's DivideRoundingDown: integer division rounding towards -inf."""
+    return a // b
+
+
+def sort_nxt(indexes: list) -> list:
+    """Sort on n, then x, then t (Kaldi's IndexLessNxt)."""
+    return sorted(indexes, key=lambda i: (i[0], i[2], i[1]))
+
+
+# ---------------------------------------------------------------------------
+# Integer-pair vectors (Kaldi's WriteIntegerPairVector / ReadIntegerPairVector
+# for int32), used by the precomputed indexes.
+
+
+def write_int_pair_vector(w: KaldiWriter, pairs: list[tuple[int, int]]) -> None:
+    if w.binary:
+        flat = np.asarray(pairs, dtype="<i4").reshape(-1)
+        w.write_raw(b"\x04" + struct.pack("<i", len(pairs)) + flat.tobytes())
+    else:
+        w.write_raw("[ " + "".join(f"{a},{b} " for a, b in pairs) + "]\n")
+
+
+def read_int_pair_vector(r: KaldiReader) -> list[tuple[int, int]]:
+    if r.binary:
+        if r.pos + 5 > len(r.data) or r.data[r.pos] != 4:
+            raise r.error("expected an int32 pair vector")
+        n = struct.unpack_from("<i", r.data, r.pos + 1)[0]
+        r.pos += 5
+        if n < 0 or r.pos + 8 * n > len(r.data):
+            raise r.error(f"file truncated inside a pair vector of size {n}")
+        arr = np.frombuffer(r.data, dtype="<i4", count=2 * n, offset=r.pos).reshape(n, 2)
+        r.pos += 8 * n
+        return [(int(a), int(b)) for a, b in arr]
+    data = r.data
+    pos = r.pos
+    while pos < len(data) and data[pos] in b" \t\n\r":
+        pos += 1
+    if pos >= len(data) or data[pos:pos + 1] != b"[":
+        r.pos = pos
+        raise r.error("expected '[' starting a pair vector")
+    end = data.find(b"]", pos)
+    if end < 0:
+        r.pos = pos
+        raise r.error("unterminated pair vector")
+    out = []
+    try:
+        for word in data[pos + 1:end].split():
+            a, b = word.split(b",")
+            out.append((int(a), int(b)))
+    except ValueError:
+        r.pos = pos
+        raise r.error("bad element in pair vector") from None
+    r.pos = end + 1
+    return out
+
+
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class DistributeComponentPrecomputedIndexes:
+    """For each output row: (input row, first input column of its block)."""
+
+    pairs: list[tuple[int, int]] = field(default_factory=list)
+    type_name = "DistributeComponentPrecomputedIndexes"
+
+    def write(self, w: KaldiWriter) -> None:
+        w.write_token(f"<{self.type_name}>")
+        w.write_token("<Pairs>")
+        write_int_pair_vector(w, self.pairs)
+        w.write_token(f"</{self.type_name}>")
+
+    def read(self, r: KaldiReader) -> None:
+        r.expect_one_or_two_tokens(f"<{self.type_name}>", "<Pairs>")
+        self.pairs = read_int_pair_vector(r)
+        r.expect_token(f"</{self.type_name}>")
+
+
+@register
+class DistributeComponent(Component):
+    """Splits the input dim into blocks of output-dim and sends block b of
+    input x to output x * num_blocks + b (floor division for negative x)."""
+
+    type_name = "DistributeComponent"
+
+    def __init__(self) -> None:
+        self.input_dim_ = 0
+        self.output_dim_ = 0
+
+    def input_dim(self) -> int:
+        return self.input_dim_
+
+    def output_dim(self) -> int:
+        return self.output_dim_
+
+    def properties(self) -> int:
+        return 0
+
+    def init(self, input_dim: int, output_dim: int) -> None:
+        if not (input_dim > 0 and output_dim > 0 and input_dim % output_dim == 0):
+            raise ValueError(f"DistributeComponent: bad dims {input_dim}, {output_dim}")
+        self.input_dim_ = input_dim
+        self.output_dim_ = output_dim
+
+    def init_from_config(self, cfl: ConfigLine) -> None:
+        input_dim = cfl.get_int("input-dim")
+        output_dim = cfl.get_int("output-dim")
+        if (input_dim is None or output_dim is None or input_dim <= 0 or output_dim <= 0
+                or input_dim % output_dim != 0):
+            raise self.config_error(cfl, "need input-dim and output-dim > 0, "
+                                         "input-dim a multiple of output-dim")
+        self.init(input_dim, output_dim)
+
+    def read(self, r: KaldiReader) -> None:
+        self.expect_opening_or(r, "<InputDim>")
+        self.input_dim_ = r.read_int32()
+        r.expect_token("<OutputDim>")
+        self.output_dim_ = r.read_int32()
+        r.expect_token(self.closing_tag())
+
+    def write(self, w: KaldiWriter) -> None:
+        w.write_token(self.opening_tag())
+        w.write_token("<InputDim>")
+        w.write_int32(self.input_dim_)
+        w.write_token("<OutputDim>")
+        w.write_int32(self.output_dim_)
+        w.write_token(self.closing_tag())
+
+    # -- compiler hooks ----------------------------------------------------
+    def _input_index_and_block(self, output_index) -> tuple[Index, int]:
+        num_blocks = self.input_dim_ // self.output_dim_
+        n, t, x = output_index
+        input_x = x // num_blocks
+        return Index(n, t, input_x), x - input_x * num_blocks
+
+    def get_input_indexes(self, misc_info: Any, output_index) -> list[Index]:
+        return [self._input_index_and_block(output_index)[0]]
+
+    def is_computable(self, misc_info: Any, output_index, input_index_set) -> tuple[bool, list]:
+        input_index = self._input_index_and_block(output_index)[0]
+        if input_index not in input_index_set:
+            return False, []
+        return True, [input_index]
+
+    def precompute_indexes(self, misc_info: Any, input_indexes: list, output_indexes: list,
+                           need_backprop: bool) -> DistributeComponentPrecomputedIndexes:
+        row_of = {Index(*i): row for row, i in enumerate(input_indexes)}
+        block_size = self.output_dim_
+        pairs = []
+        for o in output_indexes:
+            input_index, block = self._input_index_and_block(o)
+            row = row_of.get(input_index)
+            if row is None:
+                raise RuntimeError("DistributeComponent: input index not found (code error)")
+            pairs.append((row, block * block_size))
+        return DistributeComponentPrecomputedIndexes(pairs)
+
+    def propagate(self, indexes: DistributeComponentPrecomputedIndexes,
+                  in_value: np.ndarray, out_value: np.ndarray):
+        d = self.output_dim_
+        for i, (row, col) in enumerate(indexes.pairs):
+            out_value[i] = in_value[row, col:col + d]
+        return None
+
+
+# ---------------------------------------------------------------------------
+
+
+def _period_start(t: int, period: int) -> int:
+    """Largest multiple of ``period`` that is <= t."""
+    return period * (t // period)
+
+
+@dataclass
+class StatisticsExtractionComponentPrecomputedIndexes:
+    """forward_indexes[i] = (first, end) input rows summed into output row i;
+    counts[i] = their number; backward_indexes[j] = output row of input row j
+    (only filled when backprop is needed)."""
+
+    forward_indexes: list[tuple[int, int]] = field(default_factory=list)
+    counts: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=_F32))
+    backward_indexes: list[int] = field(default_factory=list)
+    type_name = "StatisticsExtractionComponentPrecomputedIndexes"
+
+    def write(self, w: KaldiWriter) -> None:
+        w.write_token(f"<{self.type_name}>")
+        w.write_token("<ForwardIndexes>")
+        write_int_pair_vector(w, self.forward_indexes)
+        w.write_token("<Counts>")
+        w.write_vector(self.counts)
+        w.write_token("<BackwardIndexes>")
+        w.write_int_vector(self.backward_indexes)
+        w.write_token(f"</{self.type_name}>")
+
+    def read(self, r: KaldiReader) -> None:
+        r.expect_one_or_two_tokens(f"<{self.type_name}>", "<ForwardIndexes>")
+        self.forward_indexes = read_int_pair_vector(r)
+        r.expect_token("<Counts>")
+        self.counts = r.read_vector()
+        r.expect_token("<BackwardIndexes>")
+        self.backward_indexes = r.read_int_vector()
+        r.expect_token(f"</{self.type_name}>")
+
+
+def _row_range_sums(mat: np.ndarray, ranges: list[tuple[int, int]]) -> np.ndarray:
+    """Sum of rows [first, end) of ``mat`` for each range (float64 result)."""
+    m64 = np.asarray(mat, dtype=np.float64)
+    cs = np.zeros((m64.shape[0] + 1, m64.shape[1]), dtype=np.float64)
+    np.cumsum(m64, axis=0, out=cs[1:])
+    r = np.asarray(ranges, dtype=np.int64).reshape(-1, 2)
+    return cs[r[:, 1]] - cs[r[:, 0]]
+
+
+@register
+class StatisticsExtractionComponent(Component):
+    """Counts, sums and (optionally) sums of squares of the input over blocks
+    of output-period frames (inputs every input-period frames)."""
+
+    type_name = "StatisticsExtractionComponent"
+
+    def __init__(self) -> None:
+        self.input_dim_ = -1
+        self.input_period = 1
+        self.output_period = 1
+        self.include_variance = True
+
+    def input_dim(self) -> int:
+        return self.input_dim_
+
+    def output_dim(self) -> int:
+        return 1 + self.input_dim_ + (self.input_dim_ if self.include_variance else 0)
+
+    def properties(self) -> int:
+        p = Prop.PROPAGATE_ADDS | Prop.REORDERS_INDEXES
+        if self.include_variance:
+            p |= Prop.BACKPROP_NEEDS_INPUT
+        return int(p)
+
+    def _valid(self) -> bool:
+        return (self.input_dim_ > 0 and self.input_period > 0 and self.output_period > 0
+                and self.output_period % self.input_period == 0)
+
+    def init_from_config(self, cfl: ConfigLine) -> None:
+        dim = cfl.get_int("input-dim")
+        self.input_period = cfl.get_int("input-period", 1)
+        self.output_period = cfl.get_int("output-period", 1)
+        self.include_variance = cfl.get_bool("include-variance", True)
+        self.input_dim_ = dim if dim is not None else -1
+        if dim is None or not self._valid():
+            raise self.config_error(cfl, "need input-dim > 0, input-period > 0 and "
+                                         "output-period a positive multiple of input-period")
+
+    def read(self, r: KaldiReader) -> None:
+        self.expect_opening_or(r, "<InputDim>")
+        self.input_dim_ = r.read_int32()
+        r.expect_token("<InputPeriod>")
+        self.input_period = r.read_int32()
+        r.expect_token("<OutputPeriod>")
+        self.output_period = r.read_int32()
+        r.expect_token("<IncludeVarinance>")   # sic: Kaldi's spelling
+        self.include_variance = r.read_bool()
+        r.expect_token(self.closing_tag())
+        if not self._valid():
+            raise r.error("invalid StatisticsExtractionComponent configuration")
+
+    def write(self, w: KaldiWriter) -> None:
+        w.write_token(self.opening_tag())
+        w.write_token("<InputDim>")
+        w.write_int32(self.input_dim_)
+        w.write_token("<InputPeriod>")
+        w.write_int32(self.input_period)
+        w.write_token("<OutputPeriod>")
+        w.write_int32(self.output_period)
+        w.write_token("<IncludeVarinance>")
+        w.write_bool(self.include_variance)
+        w.write_token(self.closing_tag())
+
+    # -- compiler hooks ----------------------------------------------------
+    def _input_ts(self, t: int) -> range:
+        start = _period_start(t, self.output_period)
+        return range(start, start + self.output_period, self.input_period)
+
+    def get_input_indexes(self, misc_info: Any, output_index) -> list[Index]:
+        n, t, x = output_index
+        return [Index(n, s, x) for s in self._input_ts(t)]
+
+    def is_computable(self, misc_info: Any, output_index, input_index_set) -> tuple[bool, list]:
+        n, t, x = output_index
+        used = [i for i in (Index(n, s, x) for s in self._input_ts(t)) if i in input_index_set]
+        return bool(used), used
+
+    def reorder_indexes(self, input_indexes: list, output_indexes: list) -> tuple[list, list]:
+        return sort_nxt(input_indexes), sort_nxt(output_indexes)
+
+    def precompute_indexes(self, misc_info: Any, input_indexes: list, output_indexes: list,
+                           need_backprop: bool) -> StatisticsExtractionComponentPrecomputedIndexes:
+        pos_of = {Index(*i): p for p, i in enumerate(input_indexes)}
+        forward: list[tuple[int, int]] = []
+        counts = np.zeros(len(output_indexes), dtype=_F32)
+        backward = [-1] * len(input_indexes)
+        for i, (n, t, x) in enumerate(output_indexes):
+            first = end = -1
+            for s in self._input_ts(t):
+                p = pos_of.get(Index(n, s, x))
+                if p is None:
+                    continue
+                if first == -1:
+                    first, end = p, p + 1
+                else:
+                    # Rows of one output must be consecutive (inputs are
+                    # sorted on n, x, t); anything else is a code error.
+                    if end != p:
+                        raise RuntimeError("StatisticsExtractionComponent: unexpected index order")
+                    end += 1
+                if backward[p] != -1:
+                    raise RuntimeError("StatisticsExtractionComponent: input used twice")
+                backward[p] = i
+            if first == -1:
+                raise RuntimeError("StatisticsExtractionComponent: output with no inputs")
+            forward.append((first, end))
+            counts[i] = end - first
+        if -1 in backward:
+            raise RuntimeError("StatisticsExtractionComponent: unused input index")
+        return StatisticsExtractionComponentPrecomputedIndexes(
+            forward, counts, backward if need_backprop else [])
+
+    def propagate(self, indexes: StatisticsExtractionComponentPrecomputedIndexes,
+                  in_value: np.ndarray, out_value: np.ndarray):
+        d = self.input_dim_
+        out_value[...] = 0.0
+        out_value[:, 0] = indexes.counts
+        out_value[:, 1:1 + d] = _row_range_sums(in_value, indexes.forward_indexes)
+        if self.include_variance:
+            sq = np.square(np.asarray(in_value, dtype=_F32))
+            out_value[:, 1 + d:1 + 2 * d] = _row_range_sums(sq, indexes.forward_indexes)
+        return None
+
+
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class StatisticsPoolingComponentPrecomputedIndexes:
+    """forward_indexes[i] = input row range pooled into output i;
+    backward_indexes[j] = output row range that input j contributes to."""
+
+    forward_indexes: list[tuple[int, int]] = field(default_factory=list)
+    backward_indexes: list[tuple[int, int]] = field(default_factory=list)
+    type_name = "StatisticsPoolingComponentPrecomputedIndexes"
+
+    def write(self, w: KaldiWriter) -> None:
+        w.write_token(f"<{self.type_name}>")
+        w.write_token("<ForwardIndexes>")
+        write_int_pair_vector(w, self.forward_indexes)
+        w.write_token("<BackwardIndexes>")
+        write_int_pair_vector(w, self.backward_indexes)
+        w.write_token(f"</{self.type_name}>")
+
+    def read(self, r: KaldiReader) -> None:
+        r.expect_one_or_two_tokens(f"<{self.type_name}>", "<ForwardIndexes>")
+        self.forward_indexes = read_int_pair_vector(r)
+        r.expect_token("<BackwardIndexes>")
+        self.backward_indexes = read_int_pair_vector(r)
+        r.expect_token(f"</{self.type_name}>")
+
+
+@register
+class StatisticsPoolingComponent(Component):
+    """Pools StatisticsExtraction outputs over [t-left, t+right] and turns
+    them into means (optionally log-counts and standard deviations)."""
+
+    type_name = "StatisticsPoolingComponent"
+
+    def __init__(self) -> None:
+        self.input_dim_ = -1
+        self.input_period = 1
+        self.left_context = -1
+        self.right_context = -1
+        self.num_log_count_features = 0
+        self.output_stddevs = False
+        self.variance_floor = _f32(1.0e-10)
+        # Only set in memory by batched x-vector extraction; never written.
+        self.require_direct_input = False
+
+    def input_dim(self) -> int:
+        return self.input_dim_
+
+    def output_dim(self) -> int:
+        return self.input_dim_ + self.num_log_count_features - 1
+
+    def properties(self) -> int:
+        p = Prop.REORDERS_INDEXES | Prop.BACKPROP_ADDS
+        if self.output_stddevs or self.num_log_count_features > 0:
+            p |= Prop.BACKPROP_NEEDS_OUTPUT
+        if self.num_log_count_features == 0:
+            p |= Prop.BACKPROP_NEEDS_INPUT
+        return int(p)
+
+    def _check_message(self) -> str | None:
+        if self.input_dim_ <= 0:
+            return "input-dim must be > 0"
+        if self.input_period <= 0:
+            return "input-period must be > 0"
+        if not (self.left_context >= 0 and self.right_context >= 0
+                and self.left_context + self.right_context > 0):
+            return "left-context and right-context must be >= 0 with a positive sum"
+        if self.left_context % self.input_period != 0 or self.right_context % self.input_period != 0:
+            return "left-context and right-context must be multiples of input-period"
+        if not (0.0 < self.variance_floor < 1.0):
+            return "variance-floor must be in (0, 1)"
+        if self.output_stddevs and (self.input_dim_ - 1) % 2 != 0:
+            return "output-stddevs=true needs an odd input-dim (count + 2 x feature dim)"
+        return None
+
+    def init_from_config(self, cfl: ConfigLine) -> None:
+        dim = cfl.get_int("input-dim")
+        self.input_period = cfl.get_int("input-period", 1)
+        self.left_context = cfl.get_int("left-context", -1)
+        self.right_context = cfl.get_int("right-context", -1)
+        self.num_log_count_features = cfl.get_int("num-log-count-features", 0)
+        self.output_stddevs = cfl.get_bool("output-stddevs", False)
+        self.variance_floor = _f32(cfl.get_float("variance-floor", 1.0e-10))
+        self.input_dim_ = dim if dim is not None else -1
+        if (dim is None or self.input_dim_ <= 0 or self.left_context + self.right_context <= 0
+                or self.num_log_count_features < 0):
+            raise self.config_error(cfl, "invalid initializer (need input-dim > 0, "
+                                         "left-context + right-context > 0, "
+                                         "num-log-count-features >= 0)")
+        msg = self._check_message()
+        if msg:
+            raise self.config_error(cfl, msg)
+
+    def read(self, r: KaldiReader) -> None:
+        self.expect_opening_or(r, "<InputDim>")
+        self.input_dim_ = r.read_int32()
+        r.expect_token("<InputPeriod>")
+        self.input_period = r.read_int32()
+        r.expect_token("<LeftContext>")
+        self.left_context = r.read_int32()
+        r.expect_token("<RightContext>")
+        self.right_context = r.read_int32()
+        r.expect_token("<NumLogCountFeatures>")
+        self.num_log_count_features = r.read_int32()
+        r.expect_token("<OutputStddevs>")
+        self.output_stddevs = r.read_bool()
+        r.expect_token("<VarianceFloor>")
+        self.variance_floor = r.read_float()
+        r.expect_token(self.closing_tag())
+        self.require_direct_input = False
+        msg = self._check_message()
+        if msg:
+            raise r.error(f"StatisticsPoolingComponent: {msg}")
+
+    def write(self, w: KaldiWriter) -> None:
+        w.write_token(self.opening_tag())
+        w.write_token("<InputDim>")
+        w.write_int32(self.input_dim_)
+        w.write_token("<InputPeriod>")
+        w.write_int32(self.input_period)
+        w.write_token("<LeftContext>")
+        w.write_int32(self.left_context)
+        w.write_token("<RightContext>")
+        w.write_int32(self.right_context)
+        w.write_token("<NumLogCountFeatures>")
+        w.write_int32(self.num_log_count_features)
+        w.write_token("<OutputStddevs>")
+        w.write_bool(self.output_stddevs)
+        w.write_token("<VarianceFloor>")
+        w.write_float(self.variance_floor)
+        w.write_token(self.closing_tag())
+
+    def set_require_direct_input(self, b: bool) -> None:
+        self.require_direct_input = bool(b)
+
+    # -- compiler hooks ----------------------------------------------------
+    def _input_ts(self, t: int) -> range:
+        return range(t - self.left_context, t + self.right_context + 1, self.input_period)
+
+    def get_input_indexes(self, misc_info: Any, output_index) -> list[Index]:
+        n, t, x = output_index
+        if t % self.input_period != 0:
+            raise ValueError(f"StatisticsPoolingComponent: output t={t} is not a multiple "
+                             f"of input-period {self.input_period}")
+        return [Index(n, s, x) for s in self._input_ts(t)]
+
+    def is_computable(self, misc_info: Any, output_index, input_index_set) -> tuple[bool, list]:
+        n, t, x = output_index
+        # Outputs exist only at multiples of the input period.
+        if t % self.input_period != 0:
+            return False, []
+        used = [i for i in (Index(n, s, x) for s in self._input_ts(t)) if i in input_index_set]
+        return bool(used), used
+
+    def reorder_indexes(self, input_indexes: list, output_indexes: list) -> tuple[list, list]:
+        return sort_nxt(input_indexes), sort_nxt(output_indexes)
+
+    def precompute_indexes(self, misc_info: Any, input_indexes: list, output_indexes: list,
+                           need_backprop: bool) -> StatisticsPoolingComponentPrecomputedIndexes:
+        pos_of = {Index(*i): p for p, i in enumerate(input_indexes)}
+        forward: list[tuple[int, int]] = []
+        backward = [[-1, -1] for _ in input_indexes]
+        for i, (n, t, x) in enumerate(output_indexes):
+            first = end = -1
+            for s in self._input_ts(t):
+                p = pos_of.get(Index(n, s, x))
+                if p is None:
+                    continue
+                if first == -1:
+                    first, end = p, p + 1
+                else:
+                    if end != p:
+                        raise RuntimeError("StatisticsPoolingComponent: unexpected index order")
+                    end += 1
+                b = backward[p]
+                if b[0] == -1:
+                    b[0], b[1] = i, i + 1
+                else:
+                    if b[1] != i:
+                        raise RuntimeError("StatisticsPoolingComponent: unexpected index order")
+                    b[1] += 1
+            if first == -1:
+                raise RuntimeError("StatisticsPoolingComponent: output with no inputs")
+            forward.append((first, end))
+        if any(b[0] == -1 for b in backward):
+            raise RuntimeError("StatisticsPoolingComponent: unused input index")
+        return StatisticsPoolingComponentPrecomputedIndexes(
+            forward, [(a, b) for a, b in backward] if need_backprop else [])
+
+    def propagate(self, indexes: StatisticsPoolingComponentPrecomputedIndexes,
+                  in_value: np.ndarray, out_value: np.ndarray):
+        nl = self.num_log_count_features
+        d = self.input_dim_ - 1
+        sums = _row_range_sums(in_value, indexes.forward_indexes).astype(_F32)
+        counts = sums[:, 0]
+        out = np.zeros((len(indexes.forward_indexes), self.output_dim()), dtype=_F32)
+        out[:, nl:nl + d] = sums[:, 1:] / counts[:, None]
+        if nl > 0:
+            out[:, :nl] = np.log(counts.astype(np.float64)).astype(_F32)[:, None]
+        if self.output_stddevs:
+            f = d // 2
+            mean = out[:, nl:nl + f]
+            var = out[:, nl + f:nl + 2 * f] - mean * mean
+            var = np.maximum(var, _F32(self.variance_floor))
+            out[:, nl + f:nl + 2 * f] = np.sqrt(var)
+        out_value[...] = out
+        return None
+
+
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class BackpropTruncationComponentPrecomputedIndexes:
+    """zeroing[i] = -1 where row i's derivative may be zeroed (it crosses a
+    zeroing-interval boundary), else 0; zeroing_sum = number of such rows."""
+
+    zeroing: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=_F32))
+    zeroing_sum: float = 0.0
+    type_name = "BackpropTruncationComponentPrecomputedIndexes"
+
+    def write(self, w: KaldiWriter) -> None:
+        w.write_token(f"<{self.type_name}>")
+        w.write_token("<Zeroing>")
+        w.write_vector(self.zeroing)
+        w.write_token("<ZeroingSum>")
+        w.write_float(self.zeroing_sum)
+        w.write_token(f"</{self.type_name}>")
+
+    def read(self, r: KaldiReader) -> None:
+        r.expect_one_or_two_tokens(f"<{self.type_name}>", "<Zeroing>")
+        self.zeroing = r.read_vector()
+        r.expect_token("<ZeroingSum>")
+        self.zeroing_sum = r.read_float()
+        r.expect_token(f"</{self.type_name}>")
+
+
+@register
+class BackpropTruncationComponent(Component):
+    """Identity (times ``scale``) forward; in backprop it clips derivative
+    rows and zeroes them at periodic boundaries (for recurrent networks)."""
+
+    type_name = "BackpropTruncationComponent"
+
+    def __init__(self) -> None:
+        self.dim = 0
+        self.scale_ = 1.0
+        self.clipping_threshold = -1.0
+        self.zeroing_threshold = -1.0
+        self.zeroing_interval = 0
+        self.recurrence_interval = 0
+        # Statistics (doubles in Kaldi).
+        self.num_clipped = 0.0
+        self.num_zeroed = 0.0
+        self.count = 0.0
+        self.count_zeroing_boundaries = 0.0
+
+    def input_dim(self) -> int:
+        return self.dim
+
+    def output_dim(self) -> int:
+        return self.dim
+
+    def properties(self) -> int:
+        return int(Prop.PROPAGATE_IN_PLACE | Prop.BACKPROP_IN_PLACE)
+
+    def init(self, dim: int, scale: float, clipping_threshold: float, zeroing_threshold: float,
+             zeroing_interval: int, recurrence_interval: int) -> None:
+        if not (clipping_threshold >= 0 and zeroing_threshold >= 0 and scale > 0.0
+                and zeroing_interval > 0 and recurrence_interval > 0 and dim > 0):
+            raise ValueError("BackpropTruncationComponent: invalid parameters")
+        self.dim = dim
+        self.scale_ = _f32(scale)
+        self.clipping_threshold = _f32(clipping_threshold)
+        self.zeroing_threshold = _f32(zeroing_threshold)
+        self.zeroing_interval = zeroing_interval
+        self.recurrence_interval = recurrence_interval
+        self.zero_stats()
+
+    def init_from_config(self, cfl: ConfigLine) -> None:
+        dim = cfl.get_int("dim")
+        scale = cfl.get_float("scale", 1.0)
+        clipping_threshold = cfl.get_float("clipping-threshold", 30.0)
+        zeroing_threshold = cfl.get_float("zeroing-threshold", 15.0)
+        zeroing_interval = cfl.get_int("zeroing-interval", 20)
+        recurrence_interval = cfl.get_int("recurrence-interval", 1)
+        if (dim is None or dim <= 0 or clipping_threshold < 0 or zeroing_threshold < 0
+                or zeroing_interval < 1 or recurrence_interval < 1):
+            raise self.config_error(cfl, "invalid initializer (need dim > 0, thresholds >= 0, "
+                                         "zeroing-interval and recurrence-interval >= 1)")
+        if not scale > 0.0:
+            raise self.config_error(cfl, "scale must be > 0")
+        self.init(dim, scale, clipping_threshold, zeroing_threshold, zeroing_interval,
+                  recurrence_interval)
+
+    def read(self, r: KaldiReader) -> None:
+        self.expect_opening_or(r, "<Dim>")
+        self.dim = r.read_int32()
+        tok = r.read_token()
+        if tok == "<Scale>":
+            self.scale_ = r.read_float()
+            tok = r.read_token()
+        else:
+            self.scale_ = 1.0
+        if tok != "<ClippingThreshold>":
+            raise r.error(f"BackpropTruncationComponent: expected <ClippingThreshold>, got {tok[:40]}")
+        self.clipping_threshold = r.read_float()
+        r.expect_token("<ZeroingThreshold>")
+        self.zeroing_threshold = r.read_float()
+        r.expect_token("<ZeroingInterval>")
+        self.zeroing_interval = r.read_int32()
+        r.expect_token("<RecurrenceInterval>")
+        self.recurrence_interval = r.read_int32()
+        r.expect_token("<NumElementsClipped>")
+        self.num_clipped = r.read_double()
+        r.expect_token("<NumElementsZeroed>")
+        self.num_zeroed = r.read_double()
+        r.expect_token("<NumElementsProcessed>")
+        self.count = r.read_double()
+        r.expect_token("<NumZeroingBoundaries>")
+        self.count_zeroing_boundaries = r.read_double()
+        r.expect_token(self.closing_tag())
+
+    def write(self, w: KaldiWriter) -> None:
+        w.write_token(self.opening_tag())
+        w.write_token("<Dim>")
+        w.write_int32(self.dim)
+        w.write_token("<Scale>")
+        w.write_float(self.scale_)
+        w.write_token("<ClippingThreshold>")
+        w.write_float(self.clipping_threshold)
+        w.write_token("<ZeroingThreshold>")
+        w.write_float(self.zeroing_threshold)
+        w.write_token("<ZeroingInterval>")
+        w.write_int32(self.zeroing_interval)
+        w.write_token("<RecurrenceInterval>")
+        w.write_int32(self.recurrence_interval)
+        w.write_token("<NumElementsClipped>")
+        w.write_double(self.num_clipped)
+        w.write_token("<NumElementsZeroed>")
+        w.write_double(self.num_zeroed)
+        w.write_token("<NumElementsProcessed>")
+        w.write_double(self.count)
+        w.write_token("<NumZeroingBoundaries>")
+        w.write_double(self.count_zeroing_boundaries)
+        w.write_token(self.closing_tag())
+
+    def info(self) -> str:
+        clipped = self.num_clipped / self.count if self.count > 0.0 else 0
+        zeroed = (self.num_zeroed / self.count_zeroing_boundaries
+                  if self.count_zeroing_boundaries > 0.0 else 0)
+        return (f"{self.type_name}, dim={self.dim}, scale={fmt_g(self.scale_)}"
+                f", count={fmt_g(self.count, 3)}"
+                f", recurrence-interval={self.recurrence_interval}"
+                f", clipping-threshold={fmt_g(self.clipping_threshold)}"
+                f", clipped-proportion={fmt_g(clipped)}"
+                f", zeroing-threshold={fmt_g(self.zeroing_threshold)}"
+                f", zeroing-interval={self.zeroing_interval}"
+                f", zeroed-proportion={fmt_g(zeroed)}"
+                f", count-zeroing-boundaries={int(self.count_zeroing_boundaries)}")
+
+    # -- stats -------------------------------------------------------------
+    def zero_stats(self) -> None:
+        self.count = 0.0
+        self.count_zeroing_boundaries = 0.0
+        self.num_clipped = 0.0
+        self.num_zeroed = 0.0
+
+    def scale(self, alpha: float) -> None:
+        a = _f32(alpha)
+        self.count *= a
+        self.count_zeroing_boundaries *= a
+        self.num_clipped *= a
+        self.num_zeroed *= a
+
+    def add(self, alpha: float, other: Component) -> None:
+        assert isinstance(other, BackpropTruncationComponent)
+        a = _f32(alpha)
+        self.count += a * other.count
+        self.count_zeroing_boundaries += a * other.count_zeroing_boundaries
+        self.num_clipped += a * other.num_clipped
+        self.num_zeroed += a * other.num_zeroed
+
+    # -- compiler / math ---------------------------------------------------
+    def precompute_indexes(self, misc_info: Any, input_indexes: list, output_indexes: list,
+                           need_backprop: bool) -> BackpropTruncationComponentPrecomputedIndexes:
+        if len(input_indexes) != len(output_indexes):
+            raise RuntimeError("BackpropTruncationComponent: input/output index count differs")
+        zi, ri = self.zeroing_interval, self.recurrence_interval
+        zeroing = np.zeros(len(output_indexes), dtype=_F32)
+        for i, (n, t, _x) in enumerate(output_indexes):
+            # Row t crosses a boundary (a multiple of zeroing-interval, shifted
+            # by n so that sequences differ) if [t - recurrence, t] contains one.
+            if divide_rounding_down(t - n, zi) != divide_rounding_down(t - ri - n, zi):
+                zeroing[i] = -1.0
+        return BackpropTruncationComponentPrecomputedIndexes(
+            zeroing, _f32(-float(zeroing.astype(np.float64).sum())))
+
+    def propagate(self, indexes, in_value: np.ndarray, out_value: np.ndarray):
+        if self.scale_ != 1.0:
+            out_value[...] = np.asarray(in_value, dtype=_F32) * _F32(self.scale_)
+        elif out_value is not in_value:
+            out_value[...] = in_value
+        return None
+
+
+# The rest of the family (registers on import).
+from . import general2  # noqa: E402,F401

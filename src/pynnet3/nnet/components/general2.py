@@ -1,0 +1,645 @@
+"""General components, part 2: ConstantComponent and the random components
+(DropoutMaskComponent, GeneralDropoutComponent, SpecAugmentTimeMaskComponent).
+Kaldi reference: nnet-general-component.{h,cc}.  Imported by :mod:`general`.
+
+Random masks are drawn from NumPy's generator (:func:`base.rng`); Kaldi uses
+its own CuRand / rand() streams, which cannot be reproduced, so training-mode
+masks differ from Kaldi's draw by draw (their distribution is the same).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ...kaldi_io import KaldiReader, KaldiWriter
+from ..config_line import ConfigLine
+from ..index import Index
+from .base import (Component, Prop, UpdatableComponent, fmt_bool, fmt_g, print_parameter_stats,
+                   randn, register, rng)
+
+_F32 = np.float32
+
+
+def _f32(x: float) -> float:
+    return float(np.float32(x))
+
+
+def _peek_char(r: KaldiReader) -> str:
+    """Kaldi's PeekToken: the character after '<' of the next token."""
+    tok = r.peek_token()
+    if tok.startswith("<"):
+        return tok[1:2]
+    return tok[:1]
+
+
+def _rand_int(lo: int, hi: int) -> int:
+    """Uniform integer in [lo, hi] (Kaldi's RandInt)."""
+    return int(rng().integers(lo, hi + 1))
+
+
+class RandomComponent(Component):
+    """Kaldi's RandomComponent: a test-mode flag and a random generator."""
+
+    def __init__(self) -> None:
+        self.test_mode = False
+
+    def set_test_mode(self, test_mode: bool) -> None:
+        self.test_mode = bool(test_mode)
+
+    def reset_generator(self) -> None:
+        """Kaldi reseeds its GPU generator here; NumPy's is process-wide."""
+
+
+# ---------------------------------------------------------------------------
+
+
+@register
+class ConstantComponent(UpdatableComponent):
+    """Outputs a (possibly trainable) constant vector; needs no input."""
+
+    type_name = "ConstantComponent"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.output = np.zeros(0, dtype=_F32)
+        self.is_updatable_ = True
+        self.use_natural_gradient = True
+        # The natural-gradient preconditioner state is not part of the file;
+        # the training stage attaches one when it needs it.
+        self.preconditioner: Any = None
+
+    def input_dim(self) -> int:
+        return int(self.output.shape[0])
+
+    def output_dim(self) -> int:
+        return int(self.output.shape[0])
+
+    def properties(self) -> int:
+        return int(Prop.UPDATABLE) if self.is_updatable_ else 0
+
+    def init_from_config(self, cfl: ConfigLine) -> None:
+        self.init_learning_rates_from_config(cfl)
+        output_dim = cfl.get_int("output-dim")
+        self.is_updatable_ = cfl.get_bool("is-updatable", True)
+        self.use_natural_gradient = cfl.get_bool("use-natural-gradient", True)
+        output_mean = _F32(cfl.get_float("output-mean", 0.0))
+        output_stddev = _F32(cfl.get_float("output-stddev", 0.0))
+        if output_dim is None or output_dim <= 0:
+            raise self.config_error(cfl, "output-dim must be given and > 0")
+        self.output = np.ascontiguousarray(randn(output_dim) * output_stddev + output_mean,
+                                           dtype=_F32)
+
+    def read(self, r: KaldiReader) -> None:
+        # Like ReadUpdatableCommon but with the older, shorter token list.
+        token = r.read_token()
+        if token == self.opening_tag():
+            token = r.read_token()
+        self.learning_rate_factor = 1.0
+        self.is_gradient = False
+        self.max_change = 0.0
+        self.l2_regularize = 0.0
+        self.learning_rate = 0.001
+        if token == "<LearningRateFactor>":
+            self.learning_rate_factor = r.read_float()
+            token = r.read_token()
+        if token == "<IsGradient>":
+            self.is_gradient = r.read_bool()
+            token = r.read_token()
+        if token == "<MaxChange>":
+            self.max_change = r.read_float()
+            token = r.read_token()
+        if token == "<L2Regularize>":
+            # Written by Kaldi's WriteUpdatableCommon when l2 > 0 (Kaldi's own
+            # reader would stop here); accepted so such files can be read.
+            self.l2_regularize = r.read_float()
+            token = r.read_token()
+        if token == "<LearningRate>":
+            self.learning_rate = r.read_float()
+            token = r.read_token()
+        if token != "<Output>":
+            raise r.error(f"ConstantComponent: expected token <Output>, got {token[:40]}")
+        self.output = np.ascontiguousarray(r.read_vector(), dtype=_F32)
+        r.expect_token("<IsUpdatable>")
+        self.is_updatable_ = r.read_bool()
+        r.expect_token("<UseNaturalGradient>")
+        self.use_natural_gradient = r.read_bool()
+        r.expect_token(self.closing_tag())
+
+    def write(self, w: KaldiWriter) -> None:
+        self.write_updatable_common(w)
+        w.write_token("<Output>")
+        w.write_vector(self.output)
+        w.write_token("<IsUpdatable>")
+        w.write_bool(self.is_updatable_)
+        w.write_token("<UseNaturalGradient>")
+        w.write_bool(self.use_natural_gradient)
+        w.write_token(self.closing_tag())
+
+    def info(self) -> str:
+        return (UpdatableComponent.info(self)
+                + f", {self.type_name}, output-dim={self.output_dim()}"
+                + f", is-updatable={fmt_bool(self.is_updatable_)}"
+                + f", use-natural-gradient={fmt_bool(self.use_natural_gradient)}"
+                + print_parameter_stats("output", self.output, include_mean=True))
+
+    # -- compiler hooks: no input is needed --------------------------------
+    def get_input_indexes(self, misc_info: Any, output_index) -> list[Index]:
+        return []
+
+    def is_computable(self, misc_info: Any, output_index, input_index_set) -> tuple[bool, list]:
+        return True, []
+
+    # -- parameters --------------------------------------------------------
+    def num_parameters(self) -> int:
+        return self.output_dim() if self.is_updatable_ else 0
+
+    def scale(self, alpha: float) -> None:
+        if self.is_updatable_:
+            if alpha == 0.0:
+                self.output = np.zeros_like(self.output)
+            else:
+                self.output = (self.output * _F32(alpha)).astype(_F32)
+
+    def add(self, alpha: float, other: Component) -> None:
+        if self.is_updatable_:
+            assert isinstance(other, ConstantComponent)
+            self.output = (self.output + _F32(alpha) * other.output).astype(_F32)
+
+    def perturb_params(self, stddev: float) -> None:
+        self.output = (self.output + _F32(stddev) * randn(self.output_dim())).astype(_F32)
+
+    def dot_product(self, other: "ConstantComponent") -> float:
+        return float(np.dot(self.output.astype(np.float64), other.output.astype(np.float64)))
+
+    def vectorize(self) -> np.ndarray:
+        return self.output.copy()
+
+    def unvectorize(self, params: np.ndarray) -> None:
+        self.output = np.ascontiguousarray(params, dtype=_F32).reshape(-1).copy()
+
+    def propagate(self, indexes, in_value, out_value: np.ndarray):
+        out_value[...] = self.output[None, :]
+        return None
+
+
+# ---------------------------------------------------------------------------
+
+
+@register
+class DropoutMaskComponent(RandomComponent):
+    """Outputs a random 0/1 (or continuous) dropout mask; needs no input."""
+
+    type_name = "DropoutMaskComponent"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.output_dim_ = -1
+        self.dropout_proportion = 0.5
+        self.continuous = False
+
+    def input_dim(self) -> int:
+        return self.output_dim_
+
+    def output_dim(self) -> int:
+        return self.output_dim_
+
+    def properties(self) -> int:
+        return int(Prop.RANDOM)
+
+    def set_dropout_proportion(self, p: float) -> None:
+        self.dropout_proportion = _f32(p)
+
+    def init_from_config(self, cfl: ConfigLine) -> None:
+        dim = cfl.get_int("output-dim")
+        if dim is None or dim <= 0:
+            raise self.config_error(cfl, "output-dim must be given and > 0")
+        self.output_dim_ = dim
+        self.dropout_proportion = _f32(cfl.get_float("dropout-proportion", 0.5))
+        self.continuous = cfl.get_bool("continuous", False)
+        self.test_mode = cfl.get_bool("test-mode", False)
+
+    def read(self, r: KaldiReader) -> None:
+        self.expect_opening_or(r, "<OutputDim>")
+        self.output_dim_ = r.read_int32()
+        r.expect_token("<DropoutProportion>")
+        self.dropout_proportion = r.read_float()
+        if _peek_char(r) == "T":
+            r.expect_token("<TestMode>")
+            self.test_mode = r.read_bool()
+        else:
+            self.test_mode = False
+        if _peek_char(r) == "C":
+            r.expect_token("<Continuous>")
+            self.continuous = True
+        else:
+            self.continuous = False
+        r.expect_token(self.closing_tag())
+
+    def write(self, w: KaldiWriter) -> None:
+        w.write_token(self.opening_tag())
+        w.write_token("<OutputDim>")
+        w.write_int32(self.output_dim_)
+        w.write_token("<DropoutProportion>")
+        w.write_float(self.dropout_proportion)
+        w.write_token("<TestMode>")
+        w.write_bool(self.test_mode)
+        if self.continuous:
+            w.write_token("<Continuous>")
+        w.write_token(self.closing_tag())
+
+    def info(self) -> str:
+        s = (f"{self.type_name}, output-dim={self.output_dim_}"
+             f", dropout-proportion={fmt_g(self.dropout_proportion)}")
+        if self.continuous:
+            s += ", continuous=true"
+        return s
+
+    def get_input_indexes(self, misc_info: Any, output_index) -> list[Index]:
+        return []
+
+    def is_computable(self, misc_info: Any, output_index, input_index_set) -> tuple[bool, list]:
+        return True, []
+
+    def propagate(self, indexes, in_value, out_value: np.ndarray):
+        p = self.dropout_proportion
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"DropoutMaskComponent: bad dropout-proportion {p}")
+        if p == 0:
+            out_value[...] = 1.0
+            return None
+        if self.continuous:
+            if self.test_mode:
+                out_value[...] = 1.0
+            else:
+                u = rng().random(out_value.shape, dtype=_F32)
+                out_value[...] = u * _F32(p * 4.0) + _F32(1.0 - 2.0 * p)
+            return None
+        if self.test_mode:
+            out_value[...] = _F32(1.0 - p)
+            return None
+        u = rng().random(out_value.shape, dtype=_F32)
+        mask = (u - _F32(p) > 0).astype(_F32)
+        if out_value.shape[1] in (2, 3):
+            # For LSTMs: never drop both of the first two columns in a row.
+            v = rng().random(out_value.shape[0], dtype=_F32)
+            mask[:, 0] = (v - _F32(p) > 0)
+            mask[:, 1] = ((_F32(1.0 - p) - v) > 0)
+        out_value[...] = mask
+        return None
+
+
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class GeneralDropoutComponentPrecomputedIndexes:
+    """``indexes[i]`` is the mask row for (reshaped) row i of the data."""
+
+    num_mask_rows: int = 0
+    indexes: list[int] = field(default_factory=list)
+    type_name = "GeneralDropoutComponentPrecomputedIndexes"
+
+    def write(self, w: KaldiWriter) -> None:
+        w.write_token(f"<{self.type_name}>")
+        w.write_token("<NumMaskRows>")
+        w.write_int32(self.num_mask_rows)
+        w.write_token("<Indexes>")
+        w.write_int_vector(self.indexes)
+        w.write_token(f"</{self.type_name}>")
+
+    def read(self, r: KaldiReader) -> None:
+        r.expect_one_or_two_tokens(f"<{self.type_name}>", "<NumMaskRows>")
+        self.num_mask_rows = r.read_int32()
+        r.expect_token("<Indexes>")
+        self.indexes = r.read_int_vector()
+        r.expect_token(f"</{self.type_name}>")
+
+
+@register
+class GeneralDropoutComponent(RandomComponent):
+    """Dropout with masks shared over time (or over time-period blocks), per
+    sequence, optionally per block of block-dim; also the frequency part of
+    SpecAugment (specaugment-max-proportion)."""
+
+    type_name = "GeneralDropoutComponent"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dim = -1
+        self.block_dim = -1
+        self.time_period = 0
+        self.dropout_proportion = 0.5
+        self.specaugment_max_proportion = 0.0
+        self.specaugment_max_regions = 1
+        self.continuous = False
+
+    def input_dim(self) -> int:
+        return self.dim
+
+    def output_dim(self) -> int:
+        return self.dim
+
+    def properties(self) -> int:
+        p = Prop.RANDOM | Prop.PROPAGATE_IN_PLACE | Prop.BACKPROP_IN_PLACE | Prop.USES_MEMO
+        if self.block_dim != self.dim:
+            p |= Prop.INPUT_CONTIGUOUS | Prop.OUTPUT_CONTIGUOUS
+        return int(p)
+
+    def set_dropout_proportion(self, p: float) -> None:
+        self.dropout_proportion = _f32(p)
+
+    def init_from_config(self, cfl: ConfigLine) -> None:
+        dim = cfl.get_int("dim")
+        if dim is None or dim <= 0:
+            raise self.config_error(cfl, "dim must be given and > 0")
+        self.dim = dim
+        self.block_dim = cfl.get_int("block-dim", dim)
+        if not (self.block_dim > 0 and self.dim % self.block_dim == 0):
+            raise self.config_error(cfl, f"invalid configuration dim={self.dim}, "
+                                         f"block-dim={self.block_dim}")
+        self.time_period = cfl.get_int("time-period", 0)
+        self.dropout_proportion = _f32(cfl.get_float("dropout-proportion", 0.5))
+        self.specaugment_max_proportion = _f32(cfl.get_float("specaugment-max-proportion", 0.0))
+        self.specaugment_max_regions = cfl.get_int("specaugment-max-regions", 1)
+        self.continuous = cfl.get_bool("continuous", False)
+        self.test_mode = cfl.get_bool("test-mode", False)
+        if self.specaugment_max_proportion != 0.0:
+            if (self.specaugment_max_proportion < 0.0 or self.specaugment_max_proportion > 1.0
+                    or self.continuous or self.specaugment_max_regions < 1):
+                raise self.config_error(
+                    cfl, f"invalid config values: specaugment-max-proportion = "
+                         f"{fmt_g(self.specaugment_max_proportion)}, continuous = "
+                         f"{fmt_bool(self.continuous)}, specaugment-max-regions = "
+                         f"{self.specaugment_max_regions}")
+
+    def read(self, r: KaldiReader) -> None:
+        self.expect_opening_or(r, "<Dim>")
+        self.dim = r.read_int32()
+        r.expect_token("<BlockDim>")
+        self.block_dim = r.read_int32()
+        r.expect_token("<TimePeriod>")
+        self.time_period = r.read_int32()
+        r.expect_token("<DropoutProportion>")
+        self.dropout_proportion = r.read_float()
+        self.specaugment_max_proportion = 0.0
+        self.specaugment_max_regions = 1
+        if _peek_char(r) == "S":
+            r.expect_token("<SpecAugmentMaxProportion>")
+            self.specaugment_max_proportion = r.read_float()
+            if _peek_char(r) == "S":
+                r.expect_token("<SpecAugmentMaxRegions>")
+                self.specaugment_max_regions = r.read_int32()
+        self.test_mode = _peek_char(r) == "T"
+        if self.test_mode:
+            r.expect_token("<TestMode>")
+        self.continuous = _peek_char(r) == "C"
+        if self.continuous:
+            r.expect_token("<Continuous>")
+        r.expect_token(self.closing_tag())
+
+    def write(self, w: KaldiWriter) -> None:
+        w.write_token(self.opening_tag())
+        w.write_token("<Dim>")
+        w.write_int32(self.dim)
+        w.write_token("<BlockDim>")
+        w.write_int32(self.block_dim)
+        w.write_token("<TimePeriod>")
+        w.write_int32(self.time_period)
+        w.write_token("<DropoutProportion>")
+        w.write_float(self.dropout_proportion)
+        if self.specaugment_max_proportion:
+            w.write_token("<SpecAugmentMaxProportion>")
+            w.write_float(self.specaugment_max_proportion)
+            if self.specaugment_max_regions != 1:
+                w.write_token("<SpecAugmentMaxRegions>")
+                w.write_int32(self.specaugment_max_regions)
+        if self.test_mode:
+            w.write_token("<TestMode>")
+        if self.continuous:
+            w.write_token("<Continuous>")
+        w.write_token(self.closing_tag())
+
+    def info(self) -> str:
+        s = (f"{self.type_name}, dim={self.dim}, block-dim={self.block_dim}"
+             f", dropout-proportion={fmt_g(self.dropout_proportion)}")
+        if self.continuous:
+            s += ", continuous=true"
+        if self.specaugment_max_proportion != 0:
+            s += (f", specaugment-max-proportion={fmt_g(self.specaugment_max_proportion)}"
+                  f", specaugment-max-regions={self.specaugment_max_regions}")
+        if self.time_period > 0:
+            s += f", time-period={self.time_period}"
+        return s
+
+    def precompute_indexes(self, misc_info: Any, input_indexes: list, output_indexes: list,
+                           need_backprop: bool) -> GeneralDropoutComponentPrecomputedIndexes:
+        if list(input_indexes) != list(output_indexes):
+            raise RuntimeError("GeneralDropoutComponent: input and output indexes differ")
+        # One mask row per (n, t // time-period) in order of first appearance
+        # (t is ignored when time-period is 0); x never matters.
+        row_of: dict[tuple[int, int], int] = {}
+        rows = []
+        for n, t, _x in input_indexes:
+            key = (n, 0 if self.time_period == 0 else t // self.time_period)
+            row = row_of.get(key)
+            if row is None:
+                row = row_of[key] = len(row_of)
+            rows.append(row)
+        multiple = self.dim // self.block_dim
+        if multiple == 1:
+            return GeneralDropoutComponentPrecomputedIndexes(len(row_of), rows)
+        # With blocks, each data row becomes `multiple` rows of block-dim that
+        # share its mask row.
+        repeated = [row for row in rows for _ in range(multiple)]
+        return GeneralDropoutComponentPrecomputedIndexes(len(row_of) * multiple, repeated)
+
+    def _get_memo(self, num_mask_rows: int) -> np.ndarray:
+        """The random mask, num_mask_rows x block_dim."""
+        bd = self.block_dim
+        if self.specaugment_max_proportion != 0.0:
+            mask = np.ones((num_mask_rows, bd), dtype=_F32)
+            max_zeroed = int(bd * self.specaugment_max_proportion + 0.5)
+            for seq in range(num_mask_rows):
+                this_mask = mask[seq]
+                num_zeroed = _rand_int(0, max_zeroed)
+                if num_zeroed == 0:
+                    continue
+                # The zeroed band may wrap around the top of the spectrum.
+                start = _rand_int(0, bd - 1)
+                for i in range(start, start + num_zeroed):
+                    this_mask[i % bd] = 0.0
+                # To make up to max-regions bands, flip a random half-circle
+                # of the spectrum (swap pairs around its centre).
+                for _ in range(1, self.specaugment_max_regions):
+                    half = bd // 2
+                    quarter = half // 2
+                    s = _rand_int(0, bd - 1)
+                    e = s + half
+                    for i in range(quarter):
+                        a, b = (s + i) % bd, (e - i) % bd
+                        this_mask[a], this_mask[b] = this_mask[b], this_mask[a]
+            return mask
+        p = _F32(self.dropout_proportion)
+        u = rng().random((num_mask_rows, bd), dtype=_F32)
+        if not self.continuous:
+            return ((u - p > 0).astype(_F32) * _F32(1.0 / (1.0 - p))).astype(_F32)
+        return (u * _F32(p * 4.0) + _F32(1.0 - 2.0 * p)).astype(_F32)
+
+    def propagate(self, indexes: GeneralDropoutComponentPrecomputedIndexes,
+                  in_value: np.ndarray, out_value: np.ndarray):
+        if out_value is not in_value:
+            out_value[...] = in_value
+        if self.test_mode or (self.dropout_proportion == 0.0
+                              and self.specaugment_max_proportion == 0.0):
+            return None
+        mask = self._get_memo(indexes.num_mask_rows)
+        per_row = mask[np.asarray(indexes.indexes, dtype=np.int64)]
+        rows = out_value.shape[0]
+        out_value[...] = (np.asarray(out_value).reshape(-1, self.block_dim) * per_row).reshape(
+            rows, self.dim)
+        return mask
+
+
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class SpecAugmentTimeMaskComponentPrecomputedIndexes:
+    """For each sequence (distinct n, in increasing order) the data rows of
+    its frames in increasing t; tot_size is the total number of rows."""
+
+    indexes: list[list[int]] = field(default_factory=list)
+    tot_size: int = 0
+    type_name = "SpecAugmentTimeMaskComponentPrecomputedIndexes"
+
+    def write(self, w: KaldiWriter) -> None:
+        w.write_token(f"<{self.type_name}>")
+        w.write_token("<Indexes>")
+        w.write_int32(len(self.indexes))
+        for v in self.indexes:
+            w.write_int_vector(v)
+        w.write_token(f"</{self.type_name}>")
+
+    def read(self, r: KaldiReader) -> None:
+        r.expect_one_or_two_tokens(f"<{self.type_name}>", "<Indexes>")
+        size = r.read_int32()
+        if size < 0:
+            raise r.error(f"negative size {size}")
+        self.indexes = [r.read_int_vector() for _ in range(size)]
+        r.expect_token(f"</{self.type_name}>")
+        self.tot_size = sum(len(v) for v in self.indexes)
+
+
+@register
+class SpecAugmentTimeMaskComponent(RandomComponent):
+    """The time part of SpecAugment: zeroes many short random time regions."""
+
+    type_name = "SpecAugmentTimeMaskComponent"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dim = -1
+        self.zeroed_proportion = 0.25
+        self.time_mask_max_frames = 10
+
+    def input_dim(self) -> int:
+        return self.dim
+
+    def output_dim(self) -> int:
+        return self.dim
+
+    def properties(self) -> int:
+        return int(Prop.RANDOM | Prop.PROPAGATE_IN_PLACE | Prop.BACKPROP_IN_PLACE
+                   | Prop.USES_MEMO)
+
+    def init_from_config(self, cfl: ConfigLine) -> None:
+        dim = cfl.get_int("dim")
+        if dim is None or dim <= 0:
+            raise self.config_error(cfl, "dim must be given and > 0")
+        self.dim = dim
+        self.zeroed_proportion = _f32(cfl.get_float("zeroed-proportion", 0.25))
+        self.time_mask_max_frames = cfl.get_int("time-mask-max-frames", 10)
+        if self.time_mask_max_frames <= 1:
+            raise self.config_error(cfl, "time-mask-max-frames must be > 1")
+
+    def read(self, r: KaldiReader) -> None:
+        self.expect_opening_or(r, "<Dim>")
+        self.dim = r.read_int32()
+        r.expect_token("<ZeroedProportion>")
+        self.zeroed_proportion = r.read_float()
+        r.expect_token("<TimeMaskMaxFrames>")
+        self.time_mask_max_frames = r.read_int32()
+        self.test_mode = _peek_char(r) == "T"
+        if self.test_mode:
+            r.expect_token("<TestMode>")
+        r.expect_token(self.closing_tag())
+
+    def write(self, w: KaldiWriter) -> None:
+        w.write_token(self.opening_tag())
+        w.write_token("<Dim>")
+        w.write_int32(self.dim)
+        w.write_token("<ZeroedProportion>")
+        w.write_float(self.zeroed_proportion)
+        w.write_token("<TimeMaskMaxFrames>")
+        w.write_int32(self.time_mask_max_frames)
+        if self.test_mode:
+            w.write_token("<TestMode>")
+        w.write_token(self.closing_tag())
+
+    def info(self) -> str:
+        return (f"{self.type_name}, dim={self.dim}"
+                f", zeroed-proportion={fmt_g(self.zeroed_proportion)}"
+                f", time-mask-max-frames={self.time_mask_max_frames}")
+
+    def precompute_indexes(self, misc_info: Any, input_indexes: list, output_indexes: list,
+                           need_backprop: bool) -> SpecAugmentTimeMaskComponentPrecomputedIndexes:
+        if list(input_indexes) != list(output_indexes):
+            raise RuntimeError("SpecAugmentTimeMaskComponent: input and output indexes differ")
+        if not input_indexes:
+            raise RuntimeError("SpecAugmentTimeMaskComponent: no indexes")
+        order = sorted((idx[0], idx[1], i) for i, idx in enumerate(input_indexes))
+        seqs: list[list[int]] = []
+        cur_n = None
+        for n, _t, i in order:
+            if n != cur_n:
+                seqs.append([])
+                cur_n = n
+            seqs[-1].append(i)
+        return SpecAugmentTimeMaskComponentPrecomputedIndexes(seqs, len(input_indexes))
+
+    def _get_memo(self, pi: SpecAugmentTimeMaskComponentPrecomputedIndexes) -> np.ndarray:
+        z = self.zeroed_proportion
+        max_zeroed = self.time_mask_max_frames
+        # int * float / float in C++ float arithmetic, truncated to int.
+        max_kept = int(_F32(max_zeroed) * _F32(1 - _F32(z)) / _F32(z))
+        if max_zeroed <= 0 or max_kept <= 0:
+            raise ValueError("SpecAugmentTimeMaskComponent: zeroed-proportion too large")
+        mask = np.zeros(pi.tot_size, dtype=_F32)
+        for rows in pi.indexes:
+            t = 0
+            while t < len(rows):
+                # Alternate kept and zeroed stretches; the first kind is random.
+                if t > 0 or rng().random() < z:
+                    k = _rand_int(1, max_kept)
+                    while t < len(rows) and k > 0:
+                        mask[rows[t]] = 1.0
+                        t += 1
+                        k -= 1
+                k = _rand_int(1, max_zeroed)
+                while t < len(rows) and k > 0:
+                    mask[rows[t]] = 0.0
+                    t += 1
+                    k -= 1
+        return mask
+
+    def propagate(self, indexes: SpecAugmentTimeMaskComponentPrecomputedIndexes,
+                  in_value: np.ndarray, out_value: np.ndarray):
+        if out_value is not in_value:
+            out_value[...] = in_value
+        if self.test_mode or self.zeroed_proportion == 0.0:
+            return None
+        mask = self._get_memo(indexes)
+        out_value *= mask[:, None]
+        return mask

@@ -1,0 +1,409 @@
+"""Normalisation components: NormalizeComponent and BatchNormComponent.
+
+Both are simple components (one output row per input row).  Kaldi reference:
+nnet-normalize-component.{h,cc}.
+
+BatchNormComponent keeps its statistics in double precision (``count`` and the
+per-dimension sums of x and x^2) but writes them as float mean / variance, and
+re-derives the sums on reading.  The arithmetic here follows Kaldi's order of
+float/double operations step by step, because any difference would change the
+bytes of a re-written model.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ... import log
+from ...kaldi_io import KaldiReader, KaldiWriter
+from ..config_line import ConfigLine
+from .base import Component, Prop, fmt_bool, fmt_g, register, rng, summarize_vector
+
+_F32 = np.float32
+
+
+def _f32(x: float) -> float:
+    """Round a Python float to float32 (C++ conversion of a double to float)."""
+    return float(np.float32(x))
+
+
+# ---------------------------------------------------------------------------
+
+
+@register
+class NormalizeComponent(Component):
+    """y = x * sqrt(D) * target_rms / |x|, per block of ``block_dim`` values.
+
+    With add-log-stddev=true an extra output per block holds log(rms of x).
+    """
+
+    type_name = "NormalizeComponent"
+
+    # 2^-66: floor of the mean square, so that an all-zero row gives zero
+    # output instead of a division by zero (its square root is exact in float).
+    SQUARED_NORM_FLOOR = 2.0 ** -66
+
+    def __init__(self) -> None:
+        self.input_dim_ = 0
+        self.block_dim = 0
+        self.target_rms = 1.0
+        self.add_log_stddev = False
+
+    # -- dims and flags ----------------------------------------------------
+    def input_dim(self) -> int:
+        return self.input_dim_
+
+    def output_dim(self) -> int:
+        extra = self.input_dim_ // self.block_dim if (self.add_log_stddev and self.block_dim) else 0
+        return self.input_dim_ + extra
+
+    def properties(self) -> int:
+        p = Prop.SIMPLE | Prop.BACKPROP_NEEDS_INPUT | Prop.BACKPROP_ADDS
+        if not self.add_log_stddev:
+            p |= Prop.PROPAGATE_IN_PLACE | Prop.BACKPROP_IN_PLACE
+        if self.block_dim != self.input_dim_:
+            p |= Prop.INPUT_CONTIGUOUS | Prop.OUTPUT_CONTIGUOUS
+        return int(p)
+
+    # -- config ------------------------------------------------------------
+    def init_from_config(self, cfl: ConfigLine) -> None:
+        # "input-dim" is the older spelling of "dim"; both are accepted.
+        dim = cfl.get_int("dim")
+        if dim is None:
+            dim = cfl.get_int("input-dim")
+        ok = dim is not None
+        self.input_dim_ = dim if dim is not None else 0
+        self.block_dim = cfl.get_int("block-dim", self.input_dim_)
+        self.target_rms = _f32(cfl.get_float("target-rms", 1.0))
+        self.add_log_stddev = cfl.get_bool("add-log-stddev", False)
+        if (not ok or self.input_dim_ <= 0 or self.target_rms <= 0.0 or self.block_dim <= 0
+                or self.input_dim_ % self.block_dim != 0):
+            raise self.config_error(cfl, "invalid initializer (need dim>0, target-rms>0, "
+                                         "block-dim>0 dividing dim)")
+
+    # -- I/O ---------------------------------------------------------------
+    def read(self, r: KaldiReader) -> None:
+        token = r.read_token()
+        if token == self.opening_tag():
+            token = r.read_token()
+        if token not in ("<Dim>", "<InputDim>"):
+            raise r.error(f"NormalizeComponent: expected <Dim> or <InputDim>, got {token[:40]}")
+        self.input_dim_ = r.read_int32()
+        token = r.read_token()
+        if token == "<BlockDim>":
+            self.block_dim = r.read_int32()
+            token = r.read_token()
+        else:
+            self.block_dim = self.input_dim_
+        if token == "<TargetRms>":
+            self.target_rms = r.read_float()
+            token = r.read_token()
+        if token == "<AddLogStddev>":
+            self.add_log_stddev = r.read_bool()
+            token = r.read_token()
+        else:
+            self.add_log_stddev = False
+        if token == "<ValueAvg>":
+            # Very old models stored unused statistics here; skip them.
+            r.read_double_vector()
+            r.expect_token("<DerivAvg>")
+            r.read_double_vector()
+            r.expect_token("<Count>")
+            r.read_double()
+            token = r.read_token()
+        if token != self.closing_tag():
+            raise r.error(f"NormalizeComponent: expected {self.closing_tag()}, got {token[:40]}")
+        if (self.input_dim_ <= 0 or self.block_dim <= 0
+                or self.input_dim_ % self.block_dim != 0):
+            raise r.error(f"NormalizeComponent: bad dims {self.input_dim_}/{self.block_dim}")
+
+    def write(self, w: KaldiWriter) -> None:
+        w.write_token(self.opening_tag())
+        w.write_token("<InputDim>")
+        w.write_int32(self.input_dim_)
+        if self.block_dim != self.input_dim_:
+            w.write_token("<BlockDim>")
+            w.write_int32(self.block_dim)
+        w.write_token("<TargetRms>")
+        w.write_float(self.target_rms)
+        w.write_token("<AddLogStddev>")
+        w.write_bool(self.add_log_stddev)
+        w.write_token(self.closing_tag())
+
+    def info(self) -> str:
+        s = (f"{self.type_name}, input-dim={self.input_dim()}, output-dim={self.output_dim()}"
+             f", target-rms={fmt_g(self.target_rms)}, add-log-stddev={fmt_bool(self.add_log_stddev)}")
+        if self.block_dim != self.input_dim_:
+            s += f", block-dim={self.block_dim}"
+        return s
+
+    # -- math --------------------------------------------------------------
+    def propagate(self, indexes, in_value: np.ndarray, out_value: np.ndarray):
+        rows = in_value.shape[0]
+        bd = self.block_dim
+        x = np.asarray(in_value, dtype=_F32).reshape(rows * (self.input_dim_ // bd), bd)
+        # Mean square scaled by 1/target_rms^2, floored, to the power -0.5.
+        d_scaled = _F32(bd) * _F32(self.target_rms) * _F32(self.target_rms)
+        sumsq = np.einsum("ij,ij->i", x.astype(np.float64), x.astype(np.float64))
+        in_norm = (sumsq * float(_F32(1.0 / float(d_scaled)))).astype(_F32)
+        in_norm = np.maximum(in_norm, _F32(self.SQUARED_NORM_FLOOR))
+        in_norm = (1.0 / np.sqrt(in_norm.astype(np.float64))).astype(_F32)
+        y = x * in_norm[:, None]
+        if self.add_log_stddev:
+            log_col = (-np.log(in_norm.astype(np.float64))).astype(_F32) + _F32(math.log(self.target_rms))
+            y = np.concatenate([y, log_col[:, None].astype(_F32)], axis=1)
+        out_value[...] = y.reshape(rows, self.output_dim())
+        return None
+
+
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class BatchNormMemo:
+    """What the training-mode forward pass keeps for backprop / StoreStats:
+    rows 0..2 of ``mean_uvar_scale`` are the minibatch mean, the uncentred
+    variance (mean of x^2) and the scale applied; rows 3..4 are scratch space
+    for backprop (as in Kaldi)."""
+
+    num_frames: int
+    mean_uvar_scale: np.ndarray
+
+
+@register
+class BatchNormComponent(Component):
+    """Batch normalisation, optionally sharing statistics across blocks
+    (block-dim < dim: each block of block-dim values is treated as a row)."""
+
+    type_name = "BatchNormComponent"
+
+    def __init__(self) -> None:
+        self.dim = 0
+        self.block_dim = 0
+        self.epsilon = _f32(1.0e-03)
+        self.target_rms = 1.0
+        self.test_mode = False
+        self.count = 0.0                     # double in Kaldi
+        self.stats_sum = np.zeros(0, dtype=np.float64)
+        self.stats_sumsq = np.zeros(0, dtype=np.float64)
+        # Derived (only in test mode): out = in * scale_ + offset.
+        self.offset = np.zeros(0, dtype=_F32)
+        self.scale_ = np.zeros(0, dtype=_F32)
+
+    # -- dims and flags ----------------------------------------------------
+    def input_dim(self) -> int:
+        return self.dim
+
+    def output_dim(self) -> int:
+        return self.dim
+
+    def properties(self) -> int:
+        p = (Prop.SIMPLE | Prop.BACKPROP_NEEDS_OUTPUT | Prop.PROPAGATE_IN_PLACE
+             | Prop.BACKPROP_IN_PLACE)
+        if self.block_dim < self.dim:
+            p |= Prop.INPUT_CONTIGUOUS | Prop.OUTPUT_CONTIGUOUS
+        if not self.test_mode:
+            p |= Prop.USES_MEMO | Prop.STORES_STATS
+        return int(p)
+
+    def _check(self) -> bool:
+        return (self.dim > 0 and self.block_dim > 0 and self.dim % self.block_dim == 0
+                and self.epsilon > 0.0 and self.target_rms > 0.0)
+
+    # -- derived quantities ------------------------------------------------
+    def _mean_and_var_f32(self) -> tuple[np.ndarray, np.ndarray]:
+        """Float mean and (unfloored) variance as Kaldi's Write/Info compute
+        them: float copies of the double sums, scaled by float(1/count), then
+        var -= mean*mean in float (product rounded, then subtracted)."""
+        mean = self.stats_sum.astype(_F32)
+        var = self.stats_sumsq.astype(_F32)
+        if self.count != 0:
+            inv = _F32(1.0 / self.count)
+            mean = mean * inv
+            var = var * inv
+            var = var - mean * mean
+        return mean, var
+
+    def _compute_derived(self) -> None:
+        if not self.test_mode:
+            self.offset = np.zeros(0, dtype=_F32)
+            self.scale_ = np.zeros(0, dtype=_F32)
+            return
+        if self.count == 0.0:
+            log.warn("Test-mode is set but there is no data count.  Creating random counts.  "
+                     "This is NOT A PROBLEM if the message appears in unit-tests or in "
+                     "compute_prob_*.0.log.  If you see this elsewhere, something is very wrong.")
+            self.count = 1.0
+            self.stats_sum = rng().standard_normal(self.block_dim)
+            self.stats_sumsq = rng().standard_normal(self.block_dim)
+            self.stats_sumsq = self.stats_sumsq + self.stats_sum * self.stats_sum
+        offset = self.stats_sum.astype(_F32) * _F32(-1.0 / self.count)    # -mean
+        scale = self.stats_sumsq.astype(_F32) * _F32(1.0 / self.count)
+        scale = scale - offset * offset                                     # variance
+        scale = np.maximum(scale, _F32(0.0))
+        scale = scale + _F32(self.epsilon)
+        scale = (1.0 / np.sqrt(scale.astype(np.float64))).astype(_F32)
+        scale = scale * _F32(self.target_rms)
+        self.scale_ = scale.astype(_F32)
+        self.offset = (offset * self.scale_).astype(_F32)                   # -(scale*mean)
+
+    def set_test_mode(self, test_mode: bool) -> None:
+        self.test_mode = bool(test_mode)
+        self._compute_derived()
+
+    # -- config ------------------------------------------------------------
+    def init_from_config(self, cfl: ConfigLine) -> None:
+        dim = cfl.get_int("dim")
+        self.block_dim = cfl.get_int("block-dim", -1)
+        self.epsilon = _f32(cfl.get_float("epsilon", 1.0e-03))
+        self.target_rms = _f32(cfl.get_float("target-rms", 1.0))
+        self.test_mode = cfl.get_bool("test-mode", False)
+        if dim is None or dim <= 0:
+            raise self.config_error(cfl, "BatchNormComponent must have 'dim' specified, and > 0")
+        self.dim = dim
+        if self.block_dim == -1:
+            self.block_dim = self.dim
+        if not (self.block_dim > 0 and self.dim % self.block_dim == 0
+                and self.epsilon > 0 and self.target_rms > 0):
+            raise self.config_error(cfl, "invalid configuration (block-dim must divide dim; "
+                                         "epsilon and target-rms must be > 0)")
+        self.count = 0.0
+        self.stats_sum = np.zeros(self.block_dim, dtype=np.float64)
+        self.stats_sumsq = np.zeros(self.block_dim, dtype=np.float64)
+        if self.test_mode:
+            self._compute_derived()
+
+    # -- I/O ---------------------------------------------------------------
+    def read(self, r: KaldiReader) -> None:
+        self.expect_opening_or(r, "<Dim>")
+        self.dim = r.read_int32()
+        r.expect_token("<BlockDim>")
+        self.block_dim = r.read_int32()
+        r.expect_token("<Epsilon>")
+        self.epsilon = r.read_float()
+        r.expect_token("<TargetRms>")
+        self.target_rms = r.read_float()
+        r.expect_token("<TestMode>")
+        self.test_mode = r.read_bool()
+        r.expect_token("<Count>")
+        self.count = r.read_double()
+        r.expect_token("<StatsMean>")
+        mean = r.read_double_vector()
+        r.expect_token("<StatsVar>")
+        var = r.read_double_vector()
+        if mean.shape[0] != var.shape[0]:
+            raise r.error("BatchNormComponent: <StatsMean> and <StatsVar> differ in size")
+        # Back to sums: sumsq = (var + mean^2) * count, sum = mean * count (double).
+        self.stats_sumsq = (var + mean * mean) * self.count
+        self.stats_sum = mean * self.count
+        r.expect_token(self.closing_tag())
+        if not self._check():
+            raise r.error(f"BatchNormComponent: invalid dim={self.dim} block-dim={self.block_dim} "
+                          f"epsilon={self.epsilon} target-rms={self.target_rms}")
+        self._compute_derived()
+
+    def write(self, w: KaldiWriter) -> None:
+        w.write_token(self.opening_tag())
+        w.write_token("<Dim>")
+        w.write_int32(self.dim)
+        w.write_token("<BlockDim>")
+        w.write_int32(self.block_dim)
+        w.write_token("<Epsilon>")
+        w.write_float(self.epsilon)
+        w.write_token("<TargetRms>")
+        w.write_float(self.target_rms)
+        w.write_token("<TestMode>")
+        w.write_bool(self.test_mode)
+        w.write_token("<Count>")
+        w.write_double(self.count)
+        mean, var = self._mean_and_var_f32()
+        w.write_token("<StatsMean>")
+        w.write_vector(mean)
+        w.write_token("<StatsVar>")
+        w.write_vector(var)
+        w.write_token(self.closing_tag())
+
+    def info(self) -> str:
+        s = (f"{self.type_name}, dim={self.dim}, block-dim={self.block_dim}"
+             f", epsilon={fmt_g(self.epsilon)}, target-rms={fmt_g(self.target_rms)}"
+             f", count={fmt_g(self.count)}, test-mode={fmt_bool(self.test_mode)}")
+        if self.count > 0:
+            mean, var = self._mean_and_var_f32()
+            var = np.maximum(var, _F32(0.0))
+            stddev = np.sqrt(var.astype(np.float64)).astype(_F32)
+            s += f", data-mean={summarize_vector(mean)}, data-stddev={summarize_vector(stddev)}"
+        return s
+
+    # -- stats -------------------------------------------------------------
+    def scale(self, alpha: float) -> None:
+        if alpha == 0:
+            self.count = 0.0
+            self.stats_sum = np.zeros_like(self.stats_sum)
+            self.stats_sumsq = np.zeros_like(self.stats_sumsq)
+        else:
+            a = _f32(alpha)
+            self.count *= a
+            self.stats_sum = self.stats_sum * a
+            self.stats_sumsq = self.stats_sumsq * a
+
+    def add(self, alpha: float, other: Component) -> None:
+        assert isinstance(other, BatchNormComponent)
+        a = _f32(alpha)
+        self.count += a * other.count
+        self.stats_sum = self.stats_sum + a * other.stats_sum
+        self.stats_sumsq = self.stats_sumsq + a * other.stats_sumsq
+        # The stats may have changed, so the test-mode transform must follow.
+        self._compute_derived()
+
+    def zero_stats(self) -> None:
+        # In test mode the stats define the transform, so they are kept.
+        if not self.test_mode:
+            self.count = 0.0
+            self.stats_sum = np.zeros_like(self.stats_sum)
+            self.stats_sumsq = np.zeros_like(self.stats_sumsq)
+
+    # -- math --------------------------------------------------------------
+    def _reshaped(self, mat: np.ndarray) -> np.ndarray:
+        """Rows of block_dim values (a view when ``mat`` is contiguous)."""
+        return np.asarray(mat).reshape(-1, self.block_dim)
+
+    def propagate(self, indexes, in_value: np.ndarray, out_value: np.ndarray):
+        if in_value.shape != out_value.shape or in_value.shape[1] not in (self.dim, self.block_dim):
+            raise ValueError("BatchNormComponent.propagate: bad matrix shapes")
+        x = self._reshaped(np.asarray(in_value, dtype=_F32))
+        if not self.test_mode:
+            num_frames = x.shape[0]
+            memo = BatchNormMemo(num_frames, np.zeros((5, self.block_dim), dtype=_F32))
+            mean, uvar, scale = memo.mean_uvar_scale[0], memo.mean_uvar_scale[1], memo.mean_uvar_scale[2]
+            x64 = x.astype(np.float64)
+            inv_n = _F32(1.0 / num_frames)
+            mean[:] = x64.sum(axis=0).astype(_F32) * inv_n
+            uvar[:] = np.einsum("ij,ij->j", x64, x64).astype(_F32) * inv_n
+            # Scale by 1/target_rms^2 here, which saves a multiply later.
+            var_scale = _F32(1.0 / (self.target_rms * self.target_rms))
+            sc = uvar * var_scale + (-var_scale * mean) * mean
+            sc = np.maximum(sc, _F32(0.0)) + _F32(var_scale * _F32(self.epsilon))
+            scale[:] = (1.0 / np.sqrt(sc.astype(np.float64))).astype(_F32)
+            y = (x - mean) * scale
+            out_value[...] = y.reshape(out_value.shape)
+            return memo
+        if self.offset.shape[0] != self.block_dim:
+            raise RuntimeError("Test mode set in BatchNormComponent, but no stats.")
+        y = x * self.scale_ + self.offset
+        out_value[...] = y.reshape(out_value.shape)
+        return None
+
+    def store_stats(self, in_value: np.ndarray, out_value: np.ndarray, memo) -> None:
+        if self.test_mode:
+            raise RuntimeError("BatchNormComponent.store_stats called in test mode")
+        if memo is None:
+            raise ValueError("BatchNormComponent.store_stats needs the memo from propagate")
+        if self.stats_sum.shape[0] != self.block_dim:
+            self.stats_sum = np.zeros(self.block_dim, dtype=np.float64)
+            self.stats_sumsq = np.zeros(self.block_dim, dtype=np.float64)
+        n = _f32(memo.num_frames)
+        self.count += n
+        self.stats_sum = self.stats_sum + n * memo.mean_uvar_scale[0].astype(np.float64)
+        self.stats_sumsq = self.stats_sumsq + n * memo.mean_uvar_scale[1].astype(np.float64)
