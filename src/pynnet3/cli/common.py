@@ -135,6 +135,14 @@ def run(command: click.Command, prog: str, argv: Sequence[str] | None = None) ->
         return 1
     except KeyboardInterrupt:
         return 130
+    except Exception as e:  # a bug in pynnet3, not a user error
+        if log.verbose_level() >= 1:
+            import traceback
+
+            traceback.print_exc()
+        log.error(f"internal error ({type(e).__name__}: {e}); this is a bug in pynnet3, "
+                  "please report it (rerun with --verbose=1 for a traceback)")
+        return 2
     return 0
 
 

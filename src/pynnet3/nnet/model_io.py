@@ -10,11 +10,9 @@ def read_nnet(rxfilename: str) -> Nnet:
     accepted too and its Nnet returned."""
     r = open_kaldi_object(rxfilename)
     if r.peek_token() == "<TransitionModel>":
-        from .am_nnet import AmNnetSimple
-        from .transition_model import TransitionModel
+        from .am_nnet import read_mdl_from
 
-        TransitionModel().read(r)
-        return AmNnetSimple.read(r).nnet
+        return read_mdl_from(r)[1].nnet
     return Nnet.read(r)
 
 

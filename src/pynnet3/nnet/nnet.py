@@ -58,6 +58,9 @@ class Nnet:
     node_names: list[str] = field(default_factory=list)
     components: list[Component] = field(default_factory=list)
     component_names: list[str] = field(default_factory=list)
+    # Where each node was defined (file, line), for error messages only.
+    node_origin: dict[str, tuple[str | None, int | None]] = field(
+        default_factory=dict, repr=False, compare=False)
 
     # -- lookup --------------------------------------------------------------
     def num_nodes(self) -> int:
@@ -192,6 +195,14 @@ class Nnet:
                     for line in self.get_config_lines(include_dim=False)]
         new_lines = parse_config_lines(read_config_lines(text, source), source)
         lines = self._remove_redundant_config_lines(existing, new_lines)
+        self.node_origin = {}
+        for cfl in lines:
+            if cfl.first_token != "component" and cfl.line_number is not None:
+                name = cfl.get_str("name")
+                assert name is not None
+                self.node_origin[name] = (cfl.source, cfl.line_number)
+                if cfl.first_token == "component-node":
+                    self.node_origin[name + "_input"] = (cfl.source, cfl.line_number)
         self.nodes = []
         self.node_names = []
         initial_num_components = len(self.components)
@@ -364,6 +375,11 @@ class Nnet:
         node.dim_offset = dim_offset
 
     # -- validation ------------------------------------------------------------
+    def node_error(self, n: int, message: str) -> ConfigError:
+        """A ConfigError about node ``n``, located at its config line when known."""
+        source, line = self.node_origin.get(self.node_names[n], (None, None))
+        return ConfigError(message, source, line)
+
     def check(self) -> None:
         """Kaldi's Nnet::Check, raising ConfigError with the node named."""
         if not self.nodes:
@@ -380,27 +396,27 @@ class Nnet:
                 assert node.descriptor is not None
                 for src in node.descriptor.get_node_dependencies():
                     if self.nodes[src].node_type is NodeType.DESCRIPTOR:
-                        raise ConfigError(f"invalid source node type in descriptor of node "
+                        raise self.node_error(n, f"invalid source node type in descriptor of node "
                                           f"{name}: source node {self.node_names[src]}")
             elif t is NodeType.COMPONENT:
                 comp = self.components[node.component_index]
                 try:
                     src_dim = self.node_dim(n - 1)
                 except ConfigError as e:
-                    raise ConfigError(f"error in descriptor for node {name}: {e}") from None
+                    raise self.node_error(n, f"error in descriptor for node {name}: {e}") from None
                 if src_dim != comp.input_dim():
-                    raise ConfigError(
-                        f"dimension mismatch for network-node {name}: input-dim {src_dim} versus "
+                    raise self.node_error(
+                        n, f"dimension mismatch for network-node {name}: input-dim {src_dim} versus "
                         f"component-input-dim {comp.input_dim()} (component "
                         f"{self.component_names[node.component_index]}, type {comp.type_name})")
             else:
                 src = node.node_index
                 if self.nodes[src].node_type not in (NodeType.INPUT, NodeType.COMPONENT):
-                    raise ConfigError(f"invalid source node type in dim-range node {name}")
+                    raise self.node_error(n, f"invalid source node type in dim-range node {name}")
                 input_dim = self.node_dim(src)
                 if not (node.dim > 0 and node.dim_offset >= 0
                         and node.dim + node.dim_offset <= input_dim):
-                    raise ConfigError(f"invalid node dimensions for dim-range node {name}: "
+                    raise self.node_error(n, f"invalid node dimensions for dim-range node {name}: "
                                       f"input-dim={input_dim}, dim={node.dim}, "
                                       f"dim-offset={node.dim_offset}")
         if num_inputs == 0:
