@@ -10,6 +10,7 @@ from ..errors import ConfigError
 from .components.base import Prop, UpdatableComponent
 from .config_line import is_valid_name, parse_config_lines, read_config_lines
 from .descriptor import parse_descriptor
+from .graph import find_orphan_components, find_orphan_nodes
 from .nnet import Nnet, NodeType
 
 
@@ -59,44 +60,6 @@ def _set_dropout_proportion_of(comp, proportion: float) -> bool:
 def set_dropout_proportion(proportion: float, nnet: Nnet) -> None:
     for comp in nnet.components:
         _set_dropout_proportion_of(comp, proportion)
-
-
-def nnet_dependency_lists(nnet: Nnet) -> list[list[int]]:
-    """For each node, the nodes it depends on directly."""
-    deps: list[list[int]] = []
-    for n, node in enumerate(nnet.nodes):
-        t = node.node_type
-        if t is NodeType.DESCRIPTOR:
-            assert node.descriptor is not None
-            deps.append(list(node.descriptor.get_node_dependencies()))
-        elif t is NodeType.COMPONENT:
-            deps.append([n - 1])
-        elif t is NodeType.DIM_RANGE:
-            deps.append([node.node_index])
-        else:
-            deps.append([])
-    return deps
-
-
-def find_orphan_nodes(nnet: Nnet) -> list[int]:
-    """Nodes not needed to compute any output (Kaldi's FindOrphanNodes)."""
-    deps = nnet_dependency_lists(nnet)
-    required = [False] * nnet.num_nodes()
-    stack = [n for n in range(nnet.num_nodes()) if nnet.is_output_node(n)]
-    while stack:
-        n = stack.pop()
-        if not required[n]:
-            required[n] = True
-            stack.extend(deps[n])
-    return [n for n in range(nnet.num_nodes()) if not required[n]]
-
-
-def find_orphan_components(nnet: Nnet) -> list[int]:
-    used = [False] * nnet.num_components()
-    for node in nnet.nodes:
-        if node.node_type is NodeType.COMPONENT:
-            used[node.component_index] = True
-    return [c for c, u in enumerate(used) if not u]
 
 
 def remove_some_nodes(nnet: Nnet, nodes_to_remove: list[int]) -> None:
