@@ -44,3 +44,23 @@ class ConfigError(PynnetError):
 
 class UsageError(PynnetError):
     """Wrong command-line usage (number of arguments, option values)."""
+
+
+class ComputationCheckError(PynnetError):
+    """A compiled NnetComputation is malformed (Kaldi's ComputationChecker).
+
+    ``command_index`` is the offending command when one can be named (else
+    None) and ``command_text`` that command as the computation printer shows
+    it, so that the message points at the line of the printed computation.
+    """
+
+    def __init__(self, message: str, command_index: int | None = None,
+                 command_text: str | None = None) -> None:
+        self.command_index = command_index
+        self.command_text = command_text
+        text = message
+        if command_index is not None:
+            text = f"command c{command_index}: {message}"
+            if command_text:
+                text += f"\n  {command_text.rstrip()}"
+        super().__init__(text)
