@@ -378,9 +378,16 @@ class UpdatableComponent(Component):
             raise self.config_error(cfl, "negative learning-rate, learning-rate-factor, "
                                          "max-change or l2-regularize")
 
-    def read_updatable_common(self, r: KaldiReader) -> str:
-        """Kaldi's ReadUpdatableCommon.  Returns the next unconsumed token, or
-        "" when the common part ended with ``<LearningRate>`` (the usual case)."""
+    def read_updatable_common(self, r: KaldiReader, read_next: bool = False) -> str:
+        """Kaldi's ReadUpdatableCommon.
+
+        Returns the next unconsumed token, or "" when the common part ended
+        with ``<LearningRate>`` (the usual case).  With ``read_next`` the token
+        after the learning rate is read and returned too, which the few
+        components that parse their own header variant need.  Kaldi's own
+        variants stop before ``<MaxChange>``/``<L2Regularize>``; accepting them
+        everywhere lets us read whatever Kaldi's common writer emits.
+        """
         token = r.read_token()
         if token == self.opening_tag():
             token = r.read_token()
@@ -402,7 +409,8 @@ class UpdatableComponent(Component):
             token = r.read_token()
         if token == "<LearningRate>":
             self.learning_rate = r.read_float()
-            return ""
+            return r.read_token() if read_next else ""
+        self.learning_rate = 0.001
         return token
 
     def write_updatable_common(self, w: KaldiWriter) -> None:

@@ -677,30 +677,7 @@ class CompositeComponent(UpdatableComponent):
 
     # -- I/O -------------------------------------------------------------------
     def read(self, r: KaldiReader) -> None:
-        token = r.read_token()
-        if token == self.opening_tag():
-            token = r.read_token()
-        self.learning_rate_factor = 1.0
-        self.is_gradient = False
-        self.max_change = 0.0
-        self.l2_regularize = 0.0
-        if token == "<LearningRateFactor>":
-            self.learning_rate_factor = r.read_float()
-            token = r.read_token()
-        if token == "<IsGradient>":
-            self.is_gradient = r.read_bool()
-            token = r.read_token()
-        # (Kaldi's reader stops here; these two are accepted for robustness
-        # since the common writer may emit them.)
-        if token == "<MaxChange>":
-            self.max_change = r.read_float()
-            token = r.read_token()
-        if token == "<L2Regularize>":
-            self.l2_regularize = r.read_float()
-            token = r.read_token()
-        if token == "<LearningRate>":
-            self.learning_rate = r.read_float()
-            token = r.read_token()
+        token = self.read_updatable_common(r, read_next=True)
         if token != "<MaxRowsProcess>":
             raise r.error(f"{self.type_name}: expected token <MaxRowsProcess>, got {token[:40]}")
         max_rows_process = r.read_int32()

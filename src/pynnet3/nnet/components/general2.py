@@ -92,32 +92,7 @@ class ConstantComponent(UpdatableComponent):
                                            dtype=_F32)
 
     def read(self, r: KaldiReader) -> None:
-        # Like ReadUpdatableCommon but with the older, shorter token list.
-        token = r.read_token()
-        if token == self.opening_tag():
-            token = r.read_token()
-        self.learning_rate_factor = 1.0
-        self.is_gradient = False
-        self.max_change = 0.0
-        self.l2_regularize = 0.0
-        self.learning_rate = 0.001
-        if token == "<LearningRateFactor>":
-            self.learning_rate_factor = r.read_float()
-            token = r.read_token()
-        if token == "<IsGradient>":
-            self.is_gradient = r.read_bool()
-            token = r.read_token()
-        if token == "<MaxChange>":
-            self.max_change = r.read_float()
-            token = r.read_token()
-        if token == "<L2Regularize>":
-            # Written by Kaldi's WriteUpdatableCommon when l2 > 0 (Kaldi's own
-            # reader would stop here); accepted so such files can be read.
-            self.l2_regularize = r.read_float()
-            token = r.read_token()
-        if token == "<LearningRate>":
-            self.learning_rate = r.read_float()
-            token = r.read_token()
+        token = self.read_updatable_common(r, read_next=True)
         if token != "<Output>":
             raise r.error(f"ConstantComponent: expected token <Output>, got {token[:40]}")
         self.output = np.ascontiguousarray(r.read_vector(), dtype=_F32)

@@ -591,32 +591,7 @@ class ConstantFunctionComponent(UpdatableComponent):
                 + print_parameter_stats("output", self.output, True))
 
     def read(self, r: KaldiReader) -> None:
-        # Kaldi reads its own subset of the common header here; we also take
-        # <MaxChange>/<L2Regularize>, which WriteUpdatableCommon may write.
-        token = r.read_token()
-        if token == self.opening_tag():
-            token = r.read_token()
-        self.learning_rate_factor = 1.0
-        self.is_gradient = False
-        self.max_change = 0.0
-        self.l2_regularize = 0.0
-        if token == "<LearningRateFactor>":
-            self.learning_rate_factor = r.read_float()
-            token = r.read_token()
-        if token == "<IsGradient>":
-            self.is_gradient = r.read_bool()
-            token = r.read_token()
-        if token == "<MaxChange>":
-            self.max_change = r.read_float()
-            token = r.read_token()
-        if token == "<L2Regularize>":
-            self.l2_regularize = r.read_float()
-            token = r.read_token()
-        if token == "<LearningRate>":
-            self.learning_rate = r.read_float()
-            token = r.read_token()
-        else:
-            self.learning_rate = 0.001
+        token = self.read_updatable_common(r, read_next=True)
         if token != "<InputDim>":
             raise r.error(f"{self.type_name}: expected token <InputDim>, got {token[:40]}")
         self._input_dim = r.read_int32()
