@@ -90,9 +90,9 @@ ARG_ROLES: dict[CommandType, tuple[Role, ...]] = {
     CommandType.DEALLOC_MATRIX: (R.SUBMATRIX_ALLOC,),
     CommandType.SWAP_MATRIX: (R.SUBMATRIX_RW, R.SUBMATRIX_RW),
     CommandType.SET_CONST: (R.SUBMATRIX_WRITE,),
-    # component, precomputed, input, output, memo
+    # component, precomputed, input, output, memo, store-stats flag (1 = StoreStats)
     CommandType.PROPAGATE: (R.COMPONENT, R.PRECOMPUTED, R.SUBMATRIX_READ, R.SUBMATRIX_WRITE,
-                            R.MEMO, R.UNUSED, R.UNUSED),
+                            R.MEMO, R.INT, R.UNUSED),
     # component, precomputed, in_value, out_value, out_deriv, in_deriv, memo
     CommandType.BACKPROP: (R.COMPONENT, R.PRECOMPUTED, R.SUBMATRIX_MAYBE_READ,
                            R.SUBMATRIX_MAYBE_READ, R.SUBMATRIX_READ, R.SUBMATRIX_MAYBE_RW, R.MEMO),
@@ -437,14 +437,18 @@ class NnetComputation:
         for name, lst in (("ix", self.indexes), ("im", self.indexes_multi), ("ir", self.indexes_ranges)):
             for k, arr in enumerate(lst):
                 arrays[f"{name}{k}"] = arr
+        # Array-backed lists (n_stride.IndexList / CindexList) are saved
+        # without building millions of Python tuples.
+        from .n_stride import cindex_array, index_array
+
         for k, d in enumerate(self.matrix_debug_info):
             if d.cindexes:
-                arrays[f"dbg{k}"] = np.array([(n, i.n, i.t, i.x) for n, i in d.cindexes], dtype=np.int32)
+                arrays[f"dbg{k}"] = cindex_array(d.cindexes)
         for k, p in enumerate(self.component_precomputed_indexes):
             if p.input_indexes:
-                arrays[f"pin{k}"] = np.array(p.input_indexes, dtype=np.int32).reshape(-1, 3)
+                arrays[f"pin{k}"] = index_array(p.input_indexes)
             if p.output_indexes:
-                arrays[f"pout{k}"] = np.array(p.output_indexes, dtype=np.int32).reshape(-1, 3)
+                arrays[f"pout{k}"] = index_array(p.output_indexes)
         buf = io.BytesIO()
         np.savez(buf, **arrays)
         return buf.getvalue()
@@ -467,15 +471,19 @@ class NnetComputation:
                 comp.indexes = [z[f"ix{k}"].astype(np.int32) for k in range(n_ix)]
                 comp.indexes_multi = [z[f"im{k}"].astype(np.int32).reshape(-1, 2) for k in range(n_im)]
                 comp.indexes_ranges = [z[f"ir{k}"].astype(np.int32).reshape(-1, 2) for k in range(n_ir)]
+                # Cindexes and Indexes come back as array-backed lists: their
+                # Python tuples are only built if somebody reads them.
+                from .n_stride import CindexList, IndexList
+
                 comp.matrix_debug_info = []
                 for k, (is_deriv, n) in enumerate(header["debug"]):
-                    cidx = ([(int(a), Index(int(b), int(c), int(d))) for a, b, c, d in z[f"dbg{k}"].tolist()]
+                    cidx = (CindexList(z[f"dbg{k}"].astype(np.int32).reshape(-1, 4))
                             if n else [])
                     comp.matrix_debug_info.append(MatrixDebugInfo(bool(is_deriv), cidx))
                 comp.component_precomputed_indexes = []
                 for k, (n_in, n_out) in enumerate(header["precomputed"]):
-                    pin = [Index(*r) for r in z[f"pin{k}"].tolist()] if n_in else []
-                    pout = [Index(*r) for r in z[f"pout{k}"].tolist()] if n_out else []
+                    pin = IndexList(z[f"pin{k}"].astype(np.int32).reshape(-1, 3)) if n_in else []
+                    pout = IndexList(z[f"pout{k}"].astype(np.int32).reshape(-1, 3)) if n_out else []
                     comp.component_precomputed_indexes.append(PrecomputedIndexesInfo(None, pin, pout))
                 return comp
         except FormatError:

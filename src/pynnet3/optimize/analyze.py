@@ -1,0 +1,696 @@
+"""Analysis of a compiled NnetComputation (Kaldi's nnet-analyze).
+
+The optimizer and the checker reason about which command reads or writes
+which part of which matrix.  Element-level bookkeeping would be far too
+costly, and matrix-level bookkeeping too coarse, so (as Kaldi does) each
+matrix is cut into *variables*: the cells of the coarsest grid of row ranges
+x column ranges such that every submatrix of the computation is exactly a
+union of cells.  Variables are numbered matrix by matrix, row range by row
+range, then column range, so the variables of a submatrix come out sorted.
+
+On top of the variables this module computes, per command, which variables,
+submatrices and matrices it reads and writes (:class:`CommandAttributes`),
+then the same information turned around: per variable and per matrix, the
+ordered list of commands that touch it (:class:`Access`,
+:class:`MatrixAccesses`).  :class:`Analyzer` bundles all of it and
+:class:`ComputationAnalysis` answers the questions the optimization passes
+ask ("when is this submatrix first touched for real?").
+
+Index work is vectorised with NumPy: the only per-command Python loop turns
+each command into (submatrix, access) records; expanding those to variables,
+merging duplicates and regrouping by variable or by matrix are array ops, so
+a computation of thousands of commands is analysed in milliseconds.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from itertools import chain
+from operator import attrgetter
+from typing import Any, NamedTuple, Sequence
+
+import numpy as np
+
+from ..compile.computation import ARG_ROLES, CommandType, NnetComputation, Role, SubMatrixInfo
+from ..errors import ComputationCheckError
+from ..nnet.components.base import Prop
+
+
+class AccessType(enum.IntEnum):
+    """Kaldi's AccessType (same values)."""
+
+    READ = 0
+    WRITE = 1
+    READ_WRITE = 2
+
+
+# Component property bits as plain ints (IntFlag arithmetic is slow in loops).
+_P_BACKPROP_ADDS = int(Prop.BACKPROP_ADDS)
+_P_PROPAGATE_ADDS = int(Prop.PROPAGATE_ADDS)
+_P_UPDATABLE = int(Prop.UPDATABLE)
+
+_ACCESS_TYPES = (AccessType.READ, AccessType.WRITE, AccessType.READ_WRITE)
+
+# Internally an access is a two-bit flag so that merging several accesses of
+# one command to one variable is a bitwise OR; AccessType = flag - 1.
+_R, _W, _RW = 1, 2, 3
+
+
+class Access(NamedTuple):
+    """One command's access to a variable or matrix."""
+
+    command_index: int
+    access_type: AccessType
+
+
+@dataclass(slots=True)
+class CommandAttributes:
+    """What one command reads and writes.  Every list is sorted and unique.
+
+    A variable (or matrix) both read and written appears in both lists; an
+    operation that adds to its output, or writes only some of the rows,
+    counts as reading the old contents too.
+    """
+
+    variables_read: list[int] = field(default_factory=list)
+    variables_written: list[int] = field(default_factory=list)
+    submatrices_read: list[int] = field(default_factory=list)
+    submatrices_written: list[int] = field(default_factory=list)
+    matrices_read: list[int] = field(default_factory=list)
+    matrices_written: list[int] = field(default_factory=list)
+    # True for commands that change the model (Backprop of an updatable
+    # component), which an optimizer must never drop.
+    has_side_effects: bool = False
+
+
+@dataclass(slots=True)
+class MatrixAccesses:
+    """Lifetime and accesses of one matrix.
+
+    ``allocate_command`` is the AllocMatrix, SwapMatrix (as destination) or
+    first AcceptInput command, -1 if none; ``deallocate_command`` the
+    DeallocMatrix or SwapMatrix (as source) command, -1 if none.  Allocation,
+    deallocation and swapping are not accesses; AcceptInput is a write.
+    """
+
+    allocate_command: int = -1
+    deallocate_command: int = -1
+    accesses: list[Access] = field(default_factory=list)
+    is_input: bool = False
+    is_output: bool = False
+
+
+def command_text(computation: NnetComputation, nnet: Any, command_index: int) -> str:
+    """The command as the computation printer shows it, or its raw fields when
+    its arguments are too broken to print."""
+    try:
+        return computation.command_string(command_index, nnet.component_names,
+                                          nnet.node_names).rstrip("\n")
+    except (IndexError, KeyError, ValueError, TypeError, AttributeError):
+        return f"c{command_index}: {computation.commands[command_index]!r}"
+
+
+def command_error(computation: NnetComputation, nnet: Any, command_index: int,
+                  message: str) -> ComputationCheckError:
+    return ComputationCheckError(message, command_index,
+                                 command_text(computation, nnet, command_index))
+
+
+# ---------------------------------------------------------------------------
+# Variables
+# ---------------------------------------------------------------------------
+
+def _submatrix_table(computation: NnetComputation) -> np.ndarray:
+    """int64 [num_submatrices, 5]: matrix, row_offset, num_rows, col_offset, num_cols."""
+    subs = computation.submatrices
+    fields = chain.from_iterable(map(_SUBMATRIX_FIELDS, subs))
+    return np.fromiter(fields, dtype=np.int64, count=5 * len(subs)).reshape(-1, 5)
+
+
+_SUBMATRIX_FIELDS = attrgetter("matrix_index", "row_offset", "num_rows", "col_offset", "num_cols")
+
+
+def _split_points(matrix: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                  sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Sorted unique split points of every matrix along one axis.
+
+    Returns (keys, first, K) where ``keys`` holds ``matrix * K + point`` for
+    all split points, sorted, and ``first[m]`` is the position of matrix m's
+    first key (``first`` has one extra entry at the end).  Every matrix
+    m >= 1 gets 0 and its size as split points even when no submatrix
+    refers to it.
+    """
+    num_matrices = len(sizes)
+    mats = np.arange(1, num_matrices, dtype=np.int64)
+    k = int(max(sizes.max(initial=0), ends.max(initial=0))) + 1
+    keys = np.concatenate([matrix * k + starts, matrix * k + ends,
+                           mats * k, mats * k + sizes[1:]])
+    keys = np.unique(keys)
+    counts = np.bincount(keys // k, minlength=num_matrices)
+    first = np.zeros(num_matrices + 1, dtype=np.int64)
+    np.cumsum(counts, out=first[1:])
+    return keys, first, k
+
+
+class ComputationVariables:
+    """Kaldi's ComputationVariables: variables of a computation and the
+    variables of each submatrix (see the module docstring)."""
+
+    def __init__(self, computation: NnetComputation | None = None) -> None:
+        self.row_split_points: list[np.ndarray] = []
+        self.column_split_points: list[np.ndarray] = []
+        # matrix_to_variable_index[m] is the first variable of matrix m; one
+        # extra entry at the end equals num_variables.
+        self.matrix_to_variable_index = np.zeros(1, dtype=np.int64)
+        self.submatrix_to_matrix = np.zeros(0, dtype=np.int64)
+        self.submatrix_is_whole_matrix = np.zeros(0, dtype=bool)
+        self.variable_to_matrix = np.zeros(0, dtype=np.int64)
+        self.num_variables = 0
+        # Variables of each submatrix in compressed-row form: those of
+        # submatrix s are variables_flat[variables_offsets[s]:variables_offsets[s+1]].
+        self.variables_flat = np.zeros(0, dtype=np.int64)
+        self.variables_offsets = np.zeros(1, dtype=np.int64)
+        self._row_first = np.zeros(1, dtype=np.int64)
+        self._col_first = np.zeros(1, dtype=np.int64)
+        self._vfs_cache: list[list[int] | None] = []
+        if computation is not None:
+            self.init(computation)
+
+    # -- construction --------------------------------------------------------
+    def init(self, computation: NnetComputation) -> None:
+        table = _submatrix_table(computation)
+        if len(table) == 0 or tuple(table[0]) != (0, 0, 0, 0, 0):
+            raise ComputationCheckError("submatrix 0 must be the empty submatrix")
+        sizes = np.array([(m.num_rows, m.num_cols) for m in computation.matrices],
+                         dtype=np.int64).reshape(-1, 2)
+        if len(sizes) == 0:
+            raise ComputationCheckError("matrix 0 (the empty matrix) is missing")
+        num_matrices = len(sizes)
+        sub = table[1:]
+        mat, r0, nr, c0, nc = (sub[:, i] for i in range(5))
+        self._validate_submatrices(mat, r0, nr, c0, nc, sizes)
+        if num_matrices > 1 and (sizes[1:] <= 0).any():
+            m = int(np.flatnonzero((sizes[1:] <= 0).any(axis=1))[0]) + 1
+            raise ComputationCheckError(f"matrix m{m} has size {sizes[m, 0]} x {sizes[m, 1]}")
+
+        row_keys, row_first, row_k = _split_points(mat, r0, r0 + nr, sizes[:, 0])
+        col_keys, col_first, col_k = _split_points(mat, c0, c0 + nc, sizes[:, 1])
+        row_pts = row_keys % row_k
+        col_pts = col_keys % col_k
+        self.row_split_points = [row_pts[row_first[m]:row_first[m + 1]] for m in range(num_matrices)]
+        self.column_split_points = [col_pts[col_first[m]:col_first[m + 1]]
+                                    for m in range(num_matrices)]
+        self._row_first, self._col_first = row_first, col_first
+
+        num_row_vars = np.maximum(np.diff(row_first) - 1, 0)
+        num_col_vars = np.maximum(np.diff(col_first) - 1, 0)
+        num_vars = num_row_vars * num_col_vars
+        self.matrix_to_variable_index = np.zeros(num_matrices + 1, dtype=np.int64)
+        np.cumsum(num_vars, out=self.matrix_to_variable_index[1:])
+        self.num_variables = int(self.matrix_to_variable_index[-1])
+        self.variable_to_matrix = np.repeat(np.arange(num_matrices, dtype=np.int64), num_vars)
+
+        # Row / column split-point index of each submatrix's start and end:
+        # position of the key in the sorted key array minus the matrix's first.
+        rs = np.searchsorted(row_keys, mat * row_k + r0) - row_first[mat]
+        re = np.searchsorted(row_keys, mat * row_k + r0 + nr) - row_first[mat]
+        cs = np.searchsorted(col_keys, mat * col_k + c0) - col_first[mat]
+        ce = np.searchsorted(col_keys, mat * col_k + c0 + nc) - col_first[mat]
+        ncv = num_col_vars[mat]
+        whole = (rs == 0) & (re == num_row_vars[mat]) & (cs == 0) & (ce == ncv)
+        self.submatrix_to_matrix = np.concatenate([[0], mat])
+        self.submatrix_is_whole_matrix = np.concatenate([[False], whole])
+
+        # Expand each submatrix's block of variables (rows re-rs by columns
+        # ce-cs, row-major) into a flat array.
+        width = ce - cs
+        counts = np.concatenate([[0], (re - rs) * width])
+        offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        owner = np.repeat(np.arange(len(sub), dtype=np.int64), counts[1:])
+        k = np.arange(int(offsets[-1]), dtype=np.int64) - offsets[1:-1][owner]
+        w = width[owner]
+        self.variables_flat = (self.matrix_to_variable_index[mat[owner]]
+                               + (rs[owner] + k // w) * ncv[owner] + cs[owner] + k % w)
+        self.variables_offsets = offsets
+        self._vfs_cache = [None] * len(table)
+
+    @staticmethod
+    def _validate_submatrices(mat: np.ndarray, r0: np.ndarray, nr: np.ndarray, c0: np.ndarray,
+                              nc: np.ndarray, sizes: np.ndarray) -> None:
+        num_matrices = len(sizes)
+        bad = (mat < 1) | (mat >= num_matrices)
+        m = np.where(bad, 0, mat)
+        bad |= (r0 < 0) | (nr <= 0) | (r0 + nr > sizes[m, 0])
+        bad |= (c0 < 0) | (nc <= 0) | (c0 + nc > sizes[m, 1])
+        if bad.any():
+            s = int(np.flatnonzero(bad)[0])
+            raise ComputationCheckError(
+                f"submatrix {s + 1} = (matrix {mat[s]}, rows {r0[s]}+{nr[s]}, cols {c0[s]}+{nc[s]})"
+                " is out of range of its matrix")
+
+    # -- queries -----------------------------------------------------------
+    def variables_for_submatrix(self, submatrix_index: int) -> list[int]:
+        """Sorted variables of a submatrix (empty for submatrix 0)."""
+        cached = self._vfs_cache[submatrix_index]
+        if cached is None:
+            o = self.variables_offsets
+            cached = self.variables_flat[o[submatrix_index]:o[submatrix_index + 1]].tolist()
+            self._vfs_cache[submatrix_index] = cached
+        return cached
+
+    def variables_for_matrix(self, matrix_index: int) -> range:
+        """The variables of a matrix: a contiguous range."""
+        return range(int(self.matrix_to_variable_index[matrix_index]),
+                     int(self.matrix_to_variable_index[matrix_index + 1]))
+
+    def append_variables_for_submatrix(self, submatrix_index: int, out: list[int]) -> None:
+        out.extend(self.variables_for_submatrix(submatrix_index))
+
+    def append_variables_for_matrix(self, matrix_index: int, out: list[int]) -> None:
+        out.extend(self.variables_for_matrix(matrix_index))
+
+    def get_matrix_for_variable(self, variable: int) -> int:
+        return int(self.variable_to_matrix[variable])
+
+    def _variable_position(self, variable: int) -> tuple[int, int, int]:
+        if not 0 <= variable < self.num_variables:
+            raise IndexError(f"variable {variable} out of range [0, {self.num_variables})")
+        m = int(self.variable_to_matrix[variable])
+        ncv = len(self.column_split_points[m]) - 1
+        offset = variable - int(self.matrix_to_variable_index[m])
+        return m, offset // ncv, offset % ncv
+
+    def describe_variable(self, variable: int) -> str:
+        """``m3``, ``m3(0:9,:)`` or ``m3(0:9,10:19)`` (inclusive ranges)."""
+        m, r, c = self._variable_position(variable)
+        rows, cols = self.row_split_points[m], self.column_split_points[m]
+        if len(rows) == 2 and len(cols) == 2:
+            return f"m{m}"
+        rtext = ":" if len(rows) == 2 else f"{rows[r]}:{rows[r + 1] - 1}"
+        ctext = ":" if len(cols) == 2 else f"{cols[c]}:{cols[c + 1] - 1}"
+        return f"m{m}({rtext},{ctext})"
+
+    def variable_info(self, variable: int) -> SubMatrixInfo:
+        """The rows and columns a variable covers, as a SubMatrixInfo."""
+        m, r, c = self._variable_position(variable)
+        rows, cols = self.row_split_points[m], self.column_split_points[m]
+        return SubMatrixInfo(m, int(rows[r]), int(rows[r + 1] - rows[r]),
+                             int(cols[c]), int(cols[c + 1] - cols[c]))
+
+    def record_access_for_submatrix(self, submatrix_index: int, access_type: AccessType,
+                                    ca: CommandAttributes) -> None:
+        """Add one access to ``ca`` (unsorted; the batch computation in
+        :func:`compute_command_attributes` does not use this)."""
+        if submatrix_index == 0:
+            return
+        m = int(self.submatrix_to_matrix[submatrix_index])
+        v = self.variables_for_submatrix(submatrix_index)
+        if access_type is not AccessType.WRITE:
+            ca.variables_read.extend(v)
+            ca.submatrices_read.append(submatrix_index)
+            ca.matrices_read.append(m)
+        if access_type is not AccessType.READ:
+            ca.variables_written.extend(v)
+            ca.submatrices_written.append(submatrix_index)
+            ca.matrices_written.append(m)
+            # Writing part of a matrix leaves the rest as it was, so for the
+            # matrix as a whole the result depends on the old contents.
+            if access_type is AccessType.WRITE and not self.submatrix_is_whole_matrix[submatrix_index]:
+                ca.matrices_read.append(m)
+
+
+# ---------------------------------------------------------------------------
+# Command attributes
+# ---------------------------------------------------------------------------
+
+_ROLE_FLAG = {Role.SUBMATRIX_READ: _R, Role.SUBMATRIX_MAYBE_READ: _R,
+              Role.SUBMATRIX_WRITE: _W, Role.SUBMATRIX_RW: _RW, Role.SUBMATRIX_MAYBE_RW: _RW}
+
+# Where Kaldi's analysis is finer than the shape ARG_ROLES gives (keys:
+# command type, 1-based argument).  Values: a fixed flag, None (no access:
+# alloc/swap leave contents undefined), or the name of a rule below.
+_ACCESS_OVERRIDES: dict[tuple[CommandType, int], int | str | None] = {
+    (CommandType.SWAP_MATRIX, 1): None,
+    (CommandType.SWAP_MATRIX, 2): None,
+    (CommandType.PROPAGATE, 4): "propagate-output",           # W, or RW if it adds
+    (CommandType.BACKPROP, 6): "backprop-in-deriv",           # W, or RW if it adds
+    (CommandType.BACKPROP_NO_MODEL_UPDATE, 6): "backprop-in-deriv",
+    (CommandType.COPY_ROWS, 1): "copy-rows-dest",             # W, or RW if any -1
+    (CommandType.COPY_ROWS_MULTI, 1): _W,                     # rows without source get zero
+    (CommandType.DECOMPRESS_MATRIX, 1): _W,
+}
+
+# Access to the submatrices listed in an indexes_multi table.
+_MULTI_FLAG = {CommandType.ADD_ROWS_MULTI: _R, CommandType.COPY_ROWS_MULTI: _R,
+               CommandType.ADD_TO_ROWS_MULTI: _RW, CommandType.COPY_TO_ROWS_MULTI: _RW}
+
+
+def _build_plans() -> dict[CommandType, list[tuple[int, int | str]]]:
+    """Per command type: (0-based argument, flag or rule) of each access."""
+    plans: dict[CommandType, list[tuple[int, int | str]]] = {}
+    for t, roles in ARG_ROLES.items():
+        plan: list[tuple[int, int | str]] = []
+        for i, role in enumerate(roles):
+            how: int | str | None
+            if (t, i + 1) in _ACCESS_OVERRIDES:
+                how = _ACCESS_OVERRIDES[(t, i + 1)]
+            elif role is Role.INDEXES_MULTI:
+                how = "multi"
+            else:
+                how = _ROLE_FLAG.get(role)
+            if how is not None:
+                plan.append((i, how))
+        plans[t] = plan
+    return plans
+
+
+_PLANS = _build_plans()
+
+
+def _merge_records(cmd: np.ndarray, item: np.ndarray, flag: np.ndarray,
+                   num_items: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sort (command, item, flag) records by command then item, merging
+    duplicates by OR-ing their flags."""
+    if len(cmd) == 0:
+        return cmd, item, flag
+    key = cmd * max(num_items, 1) + item
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    starts = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))
+    merged = np.bitwise_or.reduceat(flag[order], starts)
+    key = key[starts]
+    return key // max(num_items, 1), key % max(num_items, 1), merged
+
+
+def _per_command(cmd: np.ndarray, item: np.ndarray, num_commands: int) -> list[list[int]]:
+    """Split items (sorted by command) into one list per command."""
+    bounds = np.searchsorted(cmd, np.arange(num_commands + 1)).tolist()
+    items = item.tolist()
+    return [items[bounds[c]:bounds[c + 1]] for c in range(num_commands)]
+
+
+class _Records:
+    """(command, submatrix, flag) records of every submatrix access."""
+
+    def __init__(self) -> None:
+        self.cmd: list[int] = []
+        self.sub: list[int] = []
+        self.flag: list[int] = []
+
+    def add(self, c: int, s: int, f: int) -> None:
+        if s != 0:
+            self.cmd.append(c)
+            self.sub.append(s)
+            self.flag.append(f)
+
+
+def _submatrix_access_records(nnet: Any, computation: NnetComputation,
+                              side_effects: list[bool]) -> _Records:
+    """The per-command loop: each command's submatrix accesses, with Kaldi's
+    property- and index-dependent refinements."""
+    rec = _Records()
+    components = nnet.components if nnet is not None else []
+    props_cache: dict[int, int] = {}
+
+    def props(c: int, comp: int) -> int:
+        p = props_cache.get(comp)
+        if p is None:
+            if not 0 <= comp < len(components):
+                raise command_error(computation, nnet, c, f"component index {comp} out of range")
+            p = props_cache[comp] = int(components[comp].properties())
+        return p
+
+    minus_one: dict[int, bool] = {}
+    multi_subs: dict[int, list[int]] = {}
+    for c, command in enumerate(computation.commands):
+        t = command.command_type
+        args = command.args
+        for pos, how in _PLANS[t]:
+            s = args[pos]
+            if isinstance(how, int):
+                rec.add(c, s, how)
+            elif how == "propagate-output":
+                rec.add(c, s, _RW if props(c, args[0]) & _P_PROPAGATE_ADDS else _W)
+            elif how == "backprop-in-deriv":
+                rec.add(c, s, _RW if props(c, args[0]) & _P_BACKPROP_ADDS else _W)
+            elif how == "copy-rows-dest":
+                k = args[2]
+                if k not in minus_one:
+                    if not 0 <= k < len(computation.indexes):
+                        raise command_error(computation, nnet, c, f"indexes index {k} out of range")
+                    minus_one[k] = bool((computation.indexes[k] == -1).any())
+                rec.add(c, s, _RW if minus_one[k] else _W)
+            else:  # "multi": the submatrices named in an indexes_multi table
+                if s not in multi_subs:
+                    if not 0 <= s < len(computation.indexes_multi):
+                        raise command_error(computation, nnet, c,
+                                            f"indexes_multi index {s} out of range")
+                    u = np.unique(computation.indexes_multi[s][:, 0])
+                    multi_subs[s] = u[u != -1].tolist()
+                flag = _MULTI_FLAG[t]
+                for sub in multi_subs[s]:
+                    rec.add(c, sub, flag)
+        if t is CommandType.BACKPROP and props(c, args[0]) & _P_UPDATABLE:
+            side_effects[c] = True
+    return rec
+
+
+@dataclass(slots=True)
+class _AccessArrays:
+    """Merged accesses as arrays: (command, item, flag) sorted by command, item."""
+
+    cmd: np.ndarray
+    item: np.ndarray
+    flag: np.ndarray
+
+
+def compute_command_attributes(nnet: Any, computation: NnetComputation,
+                               variables: ComputationVariables,
+                               _arrays: dict[str, _AccessArrays] | None = None
+                               ) -> list[CommandAttributes]:
+    """Kaldi's ComputeCommandAttributes: one CommandAttributes per command.
+
+    ``nnet`` supplies component properties (Propagate may add to its output,
+    Backprop may add to the input derivative, updatable Backprop has side
+    effects).  ``_arrays``, if given, receives the merged access arrays the
+    Analyzer reuses.
+    """
+    num_commands = len(computation.commands)
+    side_effects = [False] * num_commands
+    rec = _submatrix_access_records(nnet, computation, side_effects)
+    cmd = np.array(rec.cmd, dtype=np.int64)
+    sub = np.array(rec.sub, dtype=np.int64)
+    flag = np.array(rec.flag, dtype=np.int64)
+    num_submatrices = len(computation.submatrices)
+    bad = (sub < 0) | (sub >= num_submatrices)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise command_error(computation, nnet, int(cmd[i]), f"submatrix index {sub[i]} out of range")
+
+    # Variables: expand every record to the variables of its submatrix.
+    v = variables
+    counts = v.variables_offsets[sub + 1] - v.variables_offsets[sub]
+    total = int(counts.sum())
+    first = np.repeat(v.variables_offsets[sub] - (np.cumsum(counts) - counts), counts)
+    var_items = v.variables_flat[first + np.arange(total, dtype=np.int64)]
+    var = _AccessArrays(*_merge_records(np.repeat(cmd, counts), var_items,
+                                        np.repeat(flag, counts), v.num_variables))
+    subm = _AccessArrays(*_merge_records(cmd, sub, flag, num_submatrices))
+    # Matrices: a write to only part of a matrix is also a read of it.
+    partial_write = (flag == _W) & ~v.submatrix_is_whole_matrix[sub]
+    mflag = np.where(partial_write, _RW, flag)
+    mat = _AccessArrays(*_merge_records(cmd, v.submatrix_to_matrix[sub], mflag,
+                                        len(computation.matrices)))
+    if _arrays is not None:
+        _arrays.update(variables=var, matrices=mat)
+
+    lists = []
+    for arrays in (var, subm, mat):
+        is_read = (arrays.flag & _R) != 0
+        is_written = (arrays.flag & _W) != 0
+        lists.append(_per_command(arrays.cmd[is_read], arrays.item[is_read], num_commands))
+        lists.append(_per_command(arrays.cmd[is_written], arrays.item[is_written], num_commands))
+    return [CommandAttributes(*fields, has_side_effects=side_effects[c])
+            for c, fields in enumerate(zip(*lists))]
+
+
+# ---------------------------------------------------------------------------
+# Per-variable and per-matrix accesses
+# ---------------------------------------------------------------------------
+
+class VariableAccessTable:
+    """Accesses of every variable, sorted by command, one per command.
+
+    Stored as arrays in compressed-row form (``offsets``, ``commands``,
+    ``types``); ``table[v]`` gives variable v's accesses as a list of
+    :class:`Access` (built on first use and cached), so it reads like
+    Kaldi's ``std::vector<std::vector<Access>>``.
+    """
+
+    def __init__(self, num_variables: int, var: np.ndarray, cmd: np.ndarray,
+                 flag: np.ndarray) -> None:
+        order = np.argsort(var, kind="stable")  # input sorted by command: stays so per variable
+        self.commands = cmd[order]
+        self.types = flag[order] - 1  # AccessType values
+        self.offsets = np.searchsorted(var[order], np.arange(num_variables + 1))
+        self._cache: list[list[Access] | None] = [None] * num_variables
+        self._commands_list: list[int] | None = None
+        self._types_list: list[int] | None = None
+        self._offsets_list: list[int] | None = None
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    def __getitem__(self, v: int) -> list[Access]:
+        acc = self._cache[v]
+        if acc is None:
+            if self._commands_list is None:
+                self._commands_list = self.commands.tolist()
+                self._types_list = self.types.tolist()
+                self._offsets_list = self.offsets.tolist()
+            lo, hi = self._offsets_list[v], self._offsets_list[v + 1]
+            types = _ACCESS_TYPES
+            acc = [Access(c, types[t]) for c, t in
+                   zip(self._commands_list[lo:hi], self._types_list[lo:hi])]
+            self._cache[v] = acc
+        return acc
+
+    def __iter__(self):
+        for v in range(len(self)):
+            yield self[v]
+
+    def num_accesses(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+
+def compute_variable_accesses(variables: ComputationVariables,
+                              command_attributes: Sequence[CommandAttributes]
+                              ) -> VariableAccessTable:
+    """Kaldi's ComputeVariableAccesses, from the command attributes."""
+    cmds, vars_, flags = [], [], []
+    for c, attr in enumerate(command_attributes):
+        r, w = attr.variables_read, attr.variables_written
+        if not r and not w:
+            continue
+        both = r + w
+        cmds.append(np.full(len(both), c, dtype=np.int64))
+        vars_.append(np.array(both, dtype=np.int64))
+        flags.append(np.concatenate([np.full(len(r), _R), np.full(len(w), _W)]).astype(np.int64))
+    if not cmds:
+        e = np.zeros(0, dtype=np.int64)
+        return VariableAccessTable(variables.num_variables, e, e, e)
+    cmd, var, flag = _merge_records(np.concatenate(cmds), np.concatenate(vars_),
+                                    np.concatenate(flags), variables.num_variables)
+    return VariableAccessTable(variables.num_variables, var, cmd, flag)
+
+
+def compute_matrix_accesses(nnet: Any, computation: NnetComputation,
+                            variables: ComputationVariables,
+                            command_attributes: Sequence[CommandAttributes],
+                            _matrix_arrays: _AccessArrays | None = None) -> list[MatrixAccesses]:
+    """Kaldi's ComputeMatrixAccesses: accesses, allocation, deallocation and
+    input/output status of every matrix (index 0 included, unused)."""
+    num_matrices = len(computation.matrices)
+    if _matrix_arrays is None:
+        cmds, mats, flags = [], [], []
+        for c, attr in enumerate(command_attributes):
+            for m in attr.matrices_read:
+                cmds.append(c), mats.append(m), flags.append(_R)
+            for m in attr.matrices_written:
+                cmds.append(c), mats.append(m), flags.append(_W)
+        _matrix_arrays = _AccessArrays(*_merge_records(
+            np.array(cmds, dtype=np.int64), np.array(mats, dtype=np.int64),
+            np.array(flags, dtype=np.int64), num_matrices))
+    a = _matrix_arrays
+    order = np.argsort(a.item, kind="stable")
+    bounds = np.searchsorted(a.item[order], np.arange(num_matrices + 1)).tolist()
+    cmd_list = a.cmd[order].tolist()
+    type_list = (a.flag[order] - 1).tolist()
+    ans = []
+    for m in range(num_matrices):
+        lo, hi = bounds[m], bounds[m + 1]
+        ans.append(MatrixAccesses(accesses=[Access(c, _ACCESS_TYPES[t]) for c, t in
+                                            zip(cmd_list[lo:hi], type_list[lo:hi])]))
+
+    subs = computation.submatrices
+
+    def whole_matrix(c: int, s: int) -> int:
+        if not 0 < s < len(subs) or not computation.is_whole_matrix(s):
+            raise command_error(computation, nnet, c, "command does not operate on a whole matrix")
+        return subs[s].matrix_index
+
+    T = CommandType
+    for c, command in enumerate(computation.commands):
+        t = command.command_type
+        if t is T.ALLOC_MATRIX or t is T.SWAP_MATRIX:
+            m = whole_matrix(c, command.arg1)
+            if ans[m].allocate_command != -1:
+                raise command_error(computation, nnet, c, f"matrix m{m} is initialized twice "
+                                    f"(first by c{ans[m].allocate_command})")
+            ans[m].allocate_command = c
+            if t is T.SWAP_MATRIX:
+                m2 = whole_matrix(c, command.arg2)
+                if ans[m2].deallocate_command != -1:
+                    raise command_error(computation, nnet, c, f"matrix m{m2} is destroyed twice "
+                                        f"(first by c{ans[m2].deallocate_command})")
+                ans[m2].deallocate_command = c
+        elif t is T.DEALLOC_MATRIX:
+            m = whole_matrix(c, command.arg1)
+            if ans[m].deallocate_command != -1:
+                raise command_error(computation, nnet, c, f"matrix m{m} is destroyed twice "
+                                    f"(first by c{ans[m].deallocate_command})")
+            ans[m].deallocate_command = c
+        elif t is T.ACCEPT_INPUT:
+            m = whole_matrix(c, command.arg1)
+            ans[m].is_input = True
+            # Accepting the same matrix again just re-allocates it; the first
+            # acceptance counts as the allocation.
+            if ans[m].allocate_command == -1:
+                ans[m].allocate_command = c
+        elif t is T.PROVIDE_OUTPUT:
+            m = whole_matrix(c, command.arg1)
+            ans[m].is_output = True
+    return ans
+
+
+class Analyzer:
+    """Kaldi's Analyzer: variables, command attributes, variable accesses
+    and matrix accesses of one computation."""
+
+    def __init__(self, nnet: Any = None, computation: NnetComputation | None = None) -> None:
+        self.variables = ComputationVariables()
+        self.command_attributes: list[CommandAttributes] = []
+        self.variable_accesses = VariableAccessTable(0, *(np.zeros(0, dtype=np.int64),) * 3)
+        self.matrix_accesses: list[MatrixAccesses] = []
+        if computation is not None:
+            self.init(nnet, computation)
+
+    def init(self, nnet: Any, computation: NnetComputation) -> None:
+        self.variables = ComputationVariables(computation)
+        arrays: dict[str, _AccessArrays] = {}
+        self.command_attributes = compute_command_attributes(nnet, computation, self.variables,
+                                                             arrays)
+        var = arrays["variables"]
+        # Same result as compute_variable_accesses(), without rebuilding the
+        # arrays from the per-command lists.
+        self.variable_accesses = VariableAccessTable(self.variables.num_variables,
+                                                     var.item, var.cmd, var.flag)
+        self.matrix_accesses = compute_matrix_accesses(nnet, computation, self.variables,
+                                                       self.command_attributes,
+                                                       arrays["matrices"])
+
+
+# The passes' queries and small utilities live beside this module (size); they
+# are part of this module's interface.
+from .analyze_queries import (ComputationAnalysis, compute_matrix_to_submatrix,  # noqa: E402
+                              get_commands_of_type, get_max_memory_use, max_memory_usage,
+                              print_command_attributes, print_matrix_accesses)
+
+__all__ = [
+    "AccessType", "Access", "CommandAttributes", "MatrixAccesses", "ComputationVariables",
+    "VariableAccessTable", "Analyzer", "ComputationAnalysis", "compute_command_attributes",
+    "compute_variable_accesses", "compute_matrix_accesses", "compute_matrix_to_submatrix",
+    "get_commands_of_type", "get_max_memory_use", "max_memory_usage",
+    "print_command_attributes", "print_matrix_accesses", "command_text", "command_error",
+]

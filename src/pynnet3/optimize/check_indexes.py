@@ -1,0 +1,276 @@
+"""The index and dimension half of the ComputationChecker (Kaldi's
+CheckComputationIndexes), kept beside check.py for size; use it through
+:class:`~pynnet3.optimize.check.ComputationChecker`.
+
+Every command's arguments are checked against the ranges of the tables they
+index (submatrices, indexes, indexes_multi, indexes_ranges, precomputed
+indexes, components, nodes) and against each other's dimensions, so that
+the analysis and the executor never index out of range.  Large index tables
+are checked with array operations.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..compile.computation import Command, CommandType, CompressedMatrixType
+from ..errors import ComputationCheckError
+from ..nnet.components.base import Prop
+from .analyze import ComputationVariables, _submatrix_table, command_error
+
+if TYPE_CHECKING:
+    from .check import ComputationChecker
+
+T = CommandType
+# Component property bits as plain ints (IntFlag arithmetic is slow in loops).
+_P_BACKPROP_IN_PLACE = int(Prop.BACKPROP_IN_PLACE)
+_P_BACKPROP_NEEDS_INPUT = int(Prop.BACKPROP_NEEDS_INPUT)
+_P_BACKPROP_NEEDS_OUTPUT = int(Prop.BACKPROP_NEEDS_OUTPUT)
+_P_PROPAGATE_IN_PLACE = int(Prop.PROPAGATE_IN_PLACE)
+_P_SIMPLE = int(Prop.SIMPLE)
+_P_UPDATABLE = int(Prop.UPDATABLE)
+_P_USES_MEMO = int(Prop.USES_MEMO)
+
+
+class _IndexChecker:
+    def __init__(self, checker: "ComputationChecker") -> None:
+        self.nnet = checker.nnet
+        self.computation = comp = checker.computation
+        subs = comp.submatrices
+        self.num_submatrices = len(subs)
+        table = _submatrix_table(comp)
+        sizes = np.array([(m.num_rows, m.num_cols) for m in comp.matrices],
+                         dtype=np.int64).reshape(-1, 2)
+        if len(table) == 0 or tuple(table[0]) != (0, 0, 0, 0, 0):
+            raise ComputationCheckError("submatrix 0 must be the empty submatrix")
+        ComputationVariables._validate_submatrices(*(table[1:, i] for i in range(5)), sizes)
+        self.sub_rows = table[:, 2]
+        self.sub_cols = table[:, 4]
+        self.whole = np.zeros(len(table), dtype=bool)
+        m = table[1:, 0]
+        self.whole[1:] = ((table[1:, 1] == 0) & (table[1:, 3] == 0)
+                          & (table[1:, 2] == sizes[m, 0]) & (table[1:, 4] == sizes[m, 1]))
+        self.memo_to_command: dict[int, int] = {}
+
+    def error(self, c: int, message: str) -> ComputationCheckError:
+        return command_error(self.computation, self.nnet, c, message)
+
+    # -- small predicates ----------------------------------------------------
+    def sub_ok(self, s: int, allow_zero: bool = False) -> bool:
+        return (0 if allow_zero else 1) <= s < self.num_submatrices
+
+    def whole_ok(self, s: int) -> bool:
+        return 1 <= s < self.num_submatrices and bool(self.whole[s])
+
+    def component(self, c: int, index: int):
+        if self.nnet is None or not 0 <= index < self.nnet.num_components():
+            raise self.error(c, f"component index {index} out of range")
+        return self.nnet.get_component(index)
+
+    # -- per command ---------------------------------------------------------
+    def run(self) -> None:
+        commands = self.computation.commands
+        for c, command in enumerate(commands):
+            t = command.command_type
+            if t is T.ALLOC_MATRIX or t is T.DEALLOC_MATRIX or t is T.DECOMPRESS_MATRIX:
+                if not self.whole_ok(command.arg1):
+                    raise self.error(c, "submatrix index out of range or not a whole matrix")
+            elif t is T.SET_CONST:
+                if not self.sub_ok(command.arg1):
+                    raise self.error(c, "submatrix index out of range")
+            elif t is T.SWAP_MATRIX:
+                if not (self.whole_ok(command.arg1) and self.whole_ok(command.arg2)):
+                    raise self.error(c, "submatrix index out of range or not a whole matrix")
+                if (self.sub_rows[command.arg1] != self.sub_rows[command.arg2]
+                        or self.sub_cols[command.arg1] != self.sub_cols[command.arg2]):
+                    raise self.error(c, "dimension mismatch in SwapMatrix")
+            elif t is T.PROPAGATE:
+                self.check_propagate(c, command)
+            elif t is T.BACKPROP or t is T.BACKPROP_NO_MODEL_UPDATE:
+                self.check_backprop(c, command)
+            elif t is T.MATRIX_COPY or t is T.MATRIX_ADD:
+                a1, a2 = command.arg1, command.arg2
+                if not (self.sub_ok(a1) and self.sub_ok(a2)):
+                    raise self.error(c, "submatrix index out of range in matrix copy/add")
+                if (self.sub_rows[a1] != self.sub_rows[a2]
+                        or self.sub_cols[a1] != self.sub_cols[a2]):
+                    raise self.error(c, "dimension mismatch in matrix copy/add")
+                # Copying a matrix onto itself with alpha != 1 is how scaling is done.
+                if a1 == a2 and not (t is T.MATRIX_COPY and command.alpha != 1.0):
+                    raise self.error(c, "adding/copying a submatrix to itself")
+            elif t is T.ADD_ROWS or t is T.COPY_ROWS:
+                self.check_rows(c, command)
+            elif t in (T.ADD_ROWS_MULTI, T.COPY_ROWS_MULTI, T.ADD_TO_ROWS_MULTI,
+                       T.COPY_TO_ROWS_MULTI):
+                self.check_multi(c, command)
+            elif t is T.ADD_ROW_RANGES:
+                self.check_row_ranges(c, command)
+            elif t is T.COMPRESS_MATRIX:
+                if not self.whole_ok(command.arg1):
+                    raise self.error(c, "submatrix index out of range or not a whole matrix")
+                if not CompressedMatrixType.INT8 <= command.arg2 <= CompressedMatrixType.UINT16:
+                    raise self.error(c, "invalid compressed-matrix type")
+                if command.arg3 not in (0, 1):
+                    raise self.error(c, "invalid 'truncate' option for compressing a matrix")
+                if (not 0.0 <= command.alpha <= 1000.0
+                        or (command.alpha == 0.0 and command.arg2 != CompressedMatrixType.UINT8)):
+                    raise self.error(c, "invalid alpha in CompressMatrix")
+            elif t is T.ACCEPT_INPUT or t is T.PROVIDE_OUTPUT:
+                if not self.whole_ok(command.arg1):
+                    raise self.error(c, "submatrix index out of range or not a whole matrix")
+                n = command.arg2
+                if (self.nnet is None or not 0 <= n < self.nnet.num_nodes()
+                        or not (self.nnet.is_input_node(n) or self.nnet.is_output_node(n))):
+                    raise self.error(c, f"invalid network node {n} (not an input or output node)")
+            elif t is T.GOTO_LABEL:
+                label = command.arg1
+                if (not 0 <= label < c
+                        or commands[label].command_type is not T.NO_OPERATION_LABEL):
+                    raise self.error(c, "GotoLabel has an invalid destination")
+                if c + 1 != len(commands):
+                    raise self.error(c, "GotoLabel is not the last command")
+            # NO_OPERATION* need no check.
+        if self.memo_to_command:
+            memo, c = next(iter(self.memo_to_command.items()))
+            raise self.error(c, f"memo {memo} is produced here but never consumed by a backprop")
+
+    def check_propagate(self, c: int, command: Command) -> None:
+        comp = self.component(c, command.arg1)
+        props = int(comp.properties())
+        simple = bool(props & _P_SIMPLE)
+        if not 0 <= command.arg2 < len(self.computation.component_precomputed_indexes):
+            raise self.error(c, "precomputed-indexes index out of range")
+        if command.arg2 != 0 and simple:
+            raise self.error(c, "precomputed-indexes index nonzero for a simple component")
+        # A non-simple component may (rarely) have the empty matrix as input.
+        if not (self.sub_ok(command.arg3, allow_zero=True) and (command.arg3 != 0 or not simple)
+                and self.sub_ok(command.arg4)):
+            raise self.error(c, "submatrix index out of range in Propagate")
+        if command.arg3 > 0 and self.sub_cols[command.arg3] != comp.input_dim():
+            raise self.error(c, f"input dim {self.sub_cols[command.arg3]} != component "
+                             f"input-dim {comp.input_dim()}")
+        if self.sub_cols[command.arg4] != comp.output_dim():
+            raise self.error(c, f"output dim {self.sub_cols[command.arg4]} != component "
+                             f"output-dim {comp.output_dim()}")
+        if simple and self.sub_rows[command.arg3] != self.sub_rows[command.arg4]:
+            raise self.error(c, "num-rows mismatch for a simple component")
+        if command.arg3 == command.arg4 and not props & _P_PROPAGATE_IN_PLACE:
+            raise self.error(c, "in-place propagation not supported by this component")
+        if command.arg5 > 0:
+            if command.arg5 in self.memo_to_command:
+                raise self.error(c, f"memo index {command.arg5} re-used "
+                                 f"(first by c{self.memo_to_command[command.arg5]})")
+            self.memo_to_command[command.arg5] = c
+        # arg6: store-stats flag (-1, our Command's default, reads as 0).
+        if command.arg6 not in (-1, 0, 1):
+            raise self.error(c, f"invalid store-stats flag {command.arg6}")
+
+    def check_backprop(self, c: int, command: Command) -> None:
+        comp = self.component(c, command.arg1)
+        props = int(comp.properties())
+        a3, a4, a5, a6, a7 = command.arg3, command.arg4, command.arg5, command.arg6, command.arg7
+        if not 0 <= command.arg2 < len(self.computation.component_precomputed_indexes):
+            raise self.error(c, "precomputed-indexes index out of range")
+        if command.arg2 != 0 and props & _P_SIMPLE:
+            raise self.error(c, "precomputed-indexes index nonzero for a simple component")
+        # The output derivative is required; the others may be 0 (unused).
+        if not (self.sub_ok(a3, True) and self.sub_ok(a4, True) and self.sub_ok(a5)
+                and self.sub_ok(a6, True)):
+            raise self.error(c, "submatrix index out of range in Backprop")
+        if props & _P_BACKPROP_NEEDS_INPUT and a3 == 0:
+            raise self.error(c, "Backprop needs the input value but it is not supplied")
+        if props & _P_BACKPROP_NEEDS_OUTPUT and a4 == 0:
+            raise self.error(c, "Backprop needs the output value but it is not supplied")
+        if a6 == 0 and not props & _P_UPDATABLE:
+            raise self.error(c, "Backprop has no effect (no input derivative, not updatable)")
+        if a5 == a6 and not props & _P_BACKPROP_IN_PLACE:
+            raise self.error(c, "in-place backprop not supported by this component")
+        in_dim, out_dim = comp.input_dim(), comp.output_dim()
+        for arg, dim, what in ((a3, in_dim, "input value"), (a4, out_dim, "output value"),
+                               (a5, out_dim, "output derivative"), (a6, in_dim, "input derivative")):
+            if arg != 0 and self.sub_cols[arg] != dim:
+                raise self.error(c, f"{what} has dim {self.sub_cols[arg]}, component expects {dim}")
+        if a3 != 0 and a6 != 0 and self.sub_rows[a3] != self.sub_rows[a6]:
+            raise self.error(c, "num-rows mismatch between input value and input derivative")
+        if a4 != 0 and self.sub_rows[a4] != self.sub_rows[a5]:
+            raise self.error(c, "num-rows mismatch between output value and output derivative")
+        if props & _P_SIMPLE and a6 != 0 and self.sub_rows[a5] != self.sub_rows[a6]:
+            raise self.error(c, "num-rows mismatch between input and output derivative")
+        # arg7: memo index; 0 (or our Command's default -1) = none.
+        if a7 > 0:
+            prop_c = self.memo_to_command.pop(a7, None)
+            if prop_c is None:
+                raise self.error(c, f"memo index {a7} not produced by an earlier Propagate")
+            if self.computation.commands[prop_c].arg1 != command.arg1:
+                raise self.error(c, f"memo {a7} comes from a Propagate of another component "
+                                 f"(c{prop_c})")
+            if not props & _P_USES_MEMO:
+                raise self.error(c, "component not expected to use a memo")
+        elif a7 < -1:
+            raise self.error(c, f"invalid memo index {a7}")
+
+    def check_rows(self, c: int, command: Command) -> None:
+        a1, a2, k = command.arg1, command.arg2, command.arg3
+        if not (self.sub_ok(a1) and self.sub_ok(a2) and 0 <= k < len(self.computation.indexes)):
+            raise self.error(c, "index out of range in AddRows/CopyRows")
+        indexes = self.computation.indexes[k]
+        if len(indexes) != self.sub_rows[a1]:
+            raise self.error(c, f"indexes[{k}] has {len(indexes)} entries for "
+                             f"{self.sub_rows[a1]} rows")
+        if self.sub_cols[a1] != self.sub_cols[a2]:
+            raise self.error(c, "dimension mismatch in AddRows/CopyRows")
+        if len(indexes) and (indexes.max() >= self.sub_rows[a2] or indexes.min() < -1):
+            raise self.error(c, f"row index in indexes[{k}] out of range "
+                             f"[-1, {self.sub_rows[a2]})")
+        if a1 == a2:
+            raise self.error(c, "AddRows/CopyRows from a submatrix to itself")
+
+    def check_multi(self, c: int, command: Command) -> None:
+        a1, k = command.arg1, command.arg2
+        if not (self.sub_ok(a1) and 0 <= k < len(self.computation.indexes_multi)):
+            raise self.error(c, "index out of range in a *Multi command")
+        pairs = self.computation.indexes_multi[k]
+        if len(pairs) != self.sub_rows[a1]:
+            raise self.error(c, f"indexes_multi[{k}] has {len(pairs)} entries for "
+                             f"{self.sub_rows[a1]} rows")
+        if len(pairs) == 0:
+            return
+        sub, row = pairs[:, 0].astype(np.int64), pairs[:, 1].astype(np.int64)
+        null = sub == -1
+        if (row[null] != -1).any():
+            raise self.error(c, f"indexes_multi[{k}]: row index must be -1 where the "
+                             "submatrix is -1")
+        s, r = sub[~null], row[~null]
+        if ((s < 1) | (s >= self.num_submatrices)).any():
+            raise self.error(c, f"indexes_multi[{k}]: submatrix index out of range")
+        if ((r < 0) | (r >= self.sub_rows[s])).any():
+            raise self.error(c, f"indexes_multi[{k}]: row index out of range")
+        if (s == a1).any():
+            raise self.error(c, "*Multi command copies from/to its own submatrix")
+        if (self.sub_cols[s] != self.sub_cols[a1]).any():
+            raise self.error(c, f"indexes_multi[{k}]: submatrix of mismatching dimension")
+        # Duplicate destinations would need atomic adds in the CUDA kernels.
+        if command.command_type in (T.ADD_TO_ROWS_MULTI, T.COPY_TO_ROWS_MULTI):
+            key = s * (int(self.sub_rows.max()) + 1) + r
+            if len(np.unique(key)) != len(key):
+                raise self.error(c, f"indexes_multi[{k}]: duplicate (submatrix, row) element "
+                                 "in a *ToRowsMulti command")
+
+    def check_row_ranges(self, c: int, command: Command) -> None:
+        a1, a2, k = command.arg1, command.arg2, command.arg3
+        if not (self.sub_ok(a1) and self.sub_ok(a2)
+                and 0 <= k < len(self.computation.indexes_ranges)):
+            raise self.error(c, "index out of range in AddRowRanges")
+        pairs = self.computation.indexes_ranges[k]
+        if len(pairs) != self.sub_rows[a1]:
+            raise self.error(c, f"indexes_ranges[{k}] has {len(pairs)} entries for "
+                             f"{self.sub_rows[a1]} rows")
+        if self.sub_cols[a1] != self.sub_cols[a2]:
+            raise self.error(c, "dimension mismatch in AddRowRanges")
+        first, end = pairs[:, 0], pairs[:, 1]
+        ok = ((first == -1) & (end == -1)) | ((end > first) & (first >= 0)
+                                              & (end <= self.sub_rows[a2]))
+        if not ok.all():
+            i = int(np.flatnonzero(~ok)[0])
+            raise self.error(c, f"row range {first[i]},{end[i]} is invalid in AddRowRanges")
