@@ -132,10 +132,12 @@ class StrideType(enum.IntEnum):
 
 
 class CompressedMatrixType(enum.IntEnum):
-    INT8 = 0
-    UINT8 = 1
-    INT16 = 2
-    UINT16 = 3
+    """Kaldi's CuCompressedMatrixType (same integer codes)."""
+
+    INT8 = 1
+    UINT8 = 2
+    INT16 = 3
+    UINT16 = 4
 
 
 @dataclass(frozen=True, slots=True)

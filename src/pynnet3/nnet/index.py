@@ -1,8 +1,12 @@
 """Indexes ``(n, t, x)`` and Cindexes ``(node_index, Index)``.
 
-An :class:`Index` is a NamedTuple, so Python's tuple ordering *is* Kaldi's
-ordering (n, then t, then x) and hashing is fast.  The compiler works on
-vectorised forms: :class:`IndexArray` holds three int32 NumPy columns.
+An :class:`Index` is a NamedTuple ``(n, t, x)``: the field order is the one
+Kaldi prints, hashing and equality are the fast tuple ones.  Its *ordering*
+is Kaldi's ``Index::operator<``: by t, then x, then n (so that e.g. all
+sequences at one frame are adjacent, which the compiler relies on).  For
+sorting large lists use ``key=index_sort_key``, which avoids a Python-level
+comparison per pair.  The compiler works on vectorised forms:
+:class:`IndexArray` holds three int32 NumPy columns.
 """
 from __future__ import annotations
 
@@ -21,6 +25,30 @@ class Index(NamedTuple):
 
     def offset(self, t: int = 0, x: int = 0) -> "Index":
         return Index(self.n, self.t + t, self.x + x)
+
+    # Kaldi's Index::operator< : t, then x, then n.
+    def __lt__(self, other: tuple) -> bool:  # type: ignore[override]
+        return (self[1], self[2], self[0]) < (other[1], other[2], other[0])
+
+    def __le__(self, other: tuple) -> bool:  # type: ignore[override]
+        return (self[1], self[2], self[0]) <= (other[1], other[2], other[0])
+
+    def __gt__(self, other: tuple) -> bool:  # type: ignore[override]
+        return (self[1], self[2], self[0]) > (other[1], other[2], other[0])
+
+    def __ge__(self, other: tuple) -> bool:  # type: ignore[override]
+        return (self[1], self[2], self[0]) >= (other[1], other[2], other[0])
+
+
+def index_sort_key(index: tuple) -> tuple[int, int, int]:
+    """Sort key giving Kaldi's Index order (t, x, n) at C speed."""
+    return (index[1], index[2], index[0])
+
+
+def cindex_sort_key(cindex: tuple) -> tuple[int, int, int, int]:
+    """Sort key giving Kaldi's Cindex order: node, then the Index order."""
+    i = cindex[1]
+    return (cindex[0], i[1], i[2], i[0])
 
 
 class Cindex(NamedTuple):
@@ -83,5 +111,5 @@ class IndexArray:
         return [Index(int(a), int(b), int(c)) for a, b, c in zip(self.n, self.t, self.x)]
 
     def sort_order(self) -> np.ndarray:
-        """Permutation that sorts in Kaldi order (n, then t, then x)."""
-        return np.lexsort((self.x, self.t, self.n))
+        """Permutation that sorts in Kaldi's order (t, then x, then n)."""
+        return np.lexsort((self.n, self.x, self.t))

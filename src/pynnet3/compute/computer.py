@@ -1,0 +1,522 @@
+"""NnetComputer: runs the commands of an NnetComputation (Kaldi's nnet-compute.{h,cc}).
+
+The computer owns one matrix per matrix of the computation (a backend array,
+or None while the matrix is not allocated), the memos that Propagate hands
+to Backprop, and the compressed copies of matrices.  It walks the command
+list with a program counter; every matrix and row operation is done by the
+backend (:mod:`pynnet3.compute.backend`), so the same executor runs on NumPy,
+Numba-CPU or CUDA arrays.
+
+Use it as Kaldi's:
+
+    computer = NnetComputer(NnetComputeOptions(), computation, nnet)
+    computer.accept_input("input", feats)
+    computer.run()                                   # forward
+    out = computer.get_output("output")
+    computer.accept_input("output", out_deriv)       # (or accept_output_deriv)
+    computer.run()                                   # backward
+    in_deriv = computer.get_output("input")          # (or get_input_deriv)
+
+Input and output commands (AcceptInput / ProvideOutput) are the points where
+``run()`` stops and the caller exchanges data; like Kaldi, the caller may
+supply or take the I/O of one such segment in any order.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+import numpy as np
+
+from .. import log
+from ..compile.computation import Command, CommandType, NnetComputation
+from ..compile.precomputed_indexes import compute_precomputed_indexes
+from ..errors import PynnetError
+from ..nnet.components.base import Prop
+from .backend import Backend, get_backend
+
+if TYPE_CHECKING:
+    from ..nnet.nnet import Nnet
+
+T = CommandType
+_IO = (T.ACCEPT_INPUT, T.PROVIDE_OUTPUT)
+
+
+@dataclass
+class NnetComputeOptions:
+    """Kaldi's NnetComputeOptions (``--debug``) plus two pynnet3 switches.
+
+    ``compress_matrices``: carry out CompressMatrix / DecompressMatrix (lossy,
+    as Kaldi does on a GPU).  Kaldi's CPU build skips both commands, so set
+    it False to reproduce a CPU run bit for bit where compression is lossy.
+    ``poison_undefined``: fill newly allocated matrices with NaN instead of
+    zeros (Kaldi leaves them undefined), so that a computation that reads a
+    value it never wrote shows NaNs; for testing optimisations.
+    """
+
+    debug: bool = False
+    compress_matrices: bool = True
+    poison_undefined: bool = False
+
+
+class NnetComputer:
+    """Executes ``computation`` for ``nnet``.
+
+    ``nnet_to_update``: the network whose components receive the parameter
+    updates / gradients of kBackprop commands (Kaldi passes NULL when no
+    model derivative is wanted).  ``nnet_to_store_stats``: the network whose
+    components accumulate statistics (StoreStats); defaults to
+    ``nnet_to_update`` as in Kaldi's const-``nnet`` constructor (pass ``nnet``
+    itself to get Kaldi's other constructor).  ``misc_info`` is handed to
+    ``Component.precompute_indexes`` when precomputed indexes have to be
+    rebuilt (a computation read from a cache file or a printed computation).
+    """
+
+    def __init__(self, options: NnetComputeOptions, computation: NnetComputation, nnet: "Nnet",
+                 nnet_to_update: "Nnet | None" = None, backend: "str | Backend" = "reference",
+                 nnet_to_store_stats: "Nnet | None" = None, misc_info: Any = None) -> None:
+        self.options = options
+        self.computation = computation
+        self.nnet = nnet
+        self.nnet_to_update = nnet_to_update
+        self.nnet_to_store_stats = nnet_to_store_stats if nnet_to_store_stats is not None \
+            else nnet_to_update
+        self.backend: Backend = get_backend(backend)
+        self.program_counter = 0
+        self.pending_commands: list[int] = []
+        comp = computation
+        if comp.need_model_derivative and nnet_to_update is None:
+            # Kaldi asserts this when it reaches a Backprop command.
+            log.vlog(1, "computation needs a model derivative but no nnet_to_update was given")
+        if any(p.data is None and (p.input_indexes or p.output_indexes)
+               for p in comp.component_precomputed_indexes[1:]):
+            compute_precomputed_indexes(comp, nnet, misc_info)
+        self._matrices: list[Any] = [None] * len(comp.matrices)
+        self._compressed: dict[int, Any] = {}
+        self._memos: dict[int, Any] = {}
+        self._empty = self.backend.empty_matrix()
+        # submatrix -> (matrix, row offset, rows, col offset, cols, is whole)
+        self._sub = [(s.matrix_index, s.row_offset, s.num_rows, s.col_offset, s.num_cols,
+                      comp.is_whole_matrix(i)) for i, s in enumerate(comp.submatrices)]
+        self._indexes = [self.backend.prepare_indexes(ix) for ix in comp.indexes]
+        self._ranges = [self.backend.prepare_indexes(r) for r in comp.indexes_ranges]
+        self._multi: dict[int, tuple[list[int], Any]] = {}
+        self._exec: dict[CommandType, Callable[[Command], None]] = {
+            T.ALLOC_MATRIX: self._alloc, T.DEALLOC_MATRIX: self._dealloc,
+            T.SWAP_MATRIX: self._swap, T.SET_CONST: self._set_const,
+            T.PROPAGATE: self._propagate, T.BACKPROP: self._backprop,
+            T.BACKPROP_NO_MODEL_UPDATE: self._backprop,
+            T.MATRIX_COPY: self._matrix_copy, T.MATRIX_ADD: self._matrix_add,
+            T.COPY_ROWS: self._copy_rows, T.ADD_ROWS: self._add_rows,
+            T.COPY_ROWS_MULTI: self._copy_rows_multi,
+            T.COPY_TO_ROWS_MULTI: self._copy_to_rows_multi,
+            T.ADD_ROWS_MULTI: self._add_rows_multi, T.ADD_TO_ROWS_MULTI: self._add_to_rows_multi,
+            T.ADD_ROW_RANGES: self._add_row_ranges,
+            T.COMPRESS_MATRIX: self._compress, T.DECOMPRESS_MATRIX: self._decompress,
+            T.NO_OPERATION: self._no_op, T.NO_OPERATION_PERMANENT: self._no_op,
+            T.NO_OPERATION_MARKER: self._no_op, T.NO_OPERATION_LABEL: self._no_op,
+            T.GOTO_LABEL: self._goto,
+        }
+        self.debug = options.debug or log.verbose_level() >= 5
+        self._command_strings: list[str] | None = None
+        if self.debug:
+            log.log(self._preamble())
+
+    # -- the public interface ------------------------------------------------
+    def run(self) -> None:
+        """Run commands up to the next input/output exchange (or the end)."""
+        commands = self.computation.commands
+        n = len(commands)
+        if self.program_counter >= n:
+            raise PynnetError(f"running a computation that has finished: program counter "
+                              f"{self.program_counter}")
+        self._check_no_pending_io()
+        while self.program_counter < n:
+            c = commands[self.program_counter]
+            if c.command_type in _IO:
+                break
+            if self.debug:
+                self._execute_with_debug(c)
+            else:
+                self._execute(c)
+            self.program_counter += 1
+
+    def accept_input(self, node_name: str, matrix: Any) -> None:
+        """Supply the input of node ``node_name``, or for an output node the
+        derivative of the objective with respect to that output.  The rows
+        follow the request's index order.  The data is copied."""
+        # Checked before the input command is consumed, so that a caller
+        # can recover from a wrong matrix (Kaldi dies here).
+        m = self._get_io_matrix_index(node_name, is_output=False, consume=False)
+        info = self.computation.matrices[m]
+        if not hasattr(matrix, "shape"):
+            matrix = np.asarray(matrix, dtype=np.float32)
+        shape = matrix.shape
+        if len(shape) != 2:
+            raise PynnetError(f"input for '{node_name}' must be a matrix")
+        if shape[0] != info.num_rows:
+            raise PynnetError(f"num-rows mismatch for input '{node_name}': {info.num_rows} in "
+                              f"computation-request, {shape[0]} provided.")
+        if shape[1] != info.num_cols:
+            raise PynnetError(f"num-cols mismatch for input '{node_name}': {info.num_cols} in "
+                              f"computation-request, {shape[1]} provided.")
+        self._matrices[m] = self.backend.from_host(matrix)
+        self._get_io_matrix_index(node_name, is_output=False)
+
+    accept_output_deriv = accept_input
+
+    def accept_inputs(self, nnet: "Nnet", io_list: Iterable[Any]) -> None:
+        """Kaldi's AcceptInputs: every input-node entry of ``io_list`` (objects
+        with ``name`` and ``features``, e.g. NnetIo); names starting with
+        ``__`` and output entries are skipped."""
+        for io in io_list:
+            if io.name.startswith("__"):
+                continue
+            n = nnet.get_node_index(io.name)
+            if n == -1:
+                raise PynnetError(f"No node named '{io.name}' in nnet.")
+            if nnet.is_input_node(n):
+                feats = io.features
+                dense = getattr(feats, "to_dense", None)
+                self.accept_input(io.name, dense() if callable(dense) else np.asarray(feats))
+
+    def get_output(self, node_name: str) -> Any:
+        """The value of output ``node_name`` (or, after the backward pass, the
+        derivative for input ``node_name``), as a NumPy array.  With the
+        reference backend this is the computer's own array: do not modify it."""
+        m = self._get_io_matrix_index(node_name, is_output=True)
+        mat = self._matrices[m]
+        if mat is None or mat.shape[0] == 0:
+            raise PynnetError(f"output for node '{node_name}' is not available")
+        return self.backend.to_host(mat)
+
+    get_input_deriv = get_output
+
+    def get_output_destructive(self, node_name: str) -> Any:
+        """As :meth:`get_output`, but hands over the matrix and forgets it."""
+        m = self._get_io_matrix_index(node_name, is_output=True)
+        mat = self._matrices[m]
+        if mat is None or mat.shape[0] == 0:
+            raise PynnetError(f"output for node '{node_name}' is not available")
+        self._matrices[m] = None
+        return self.backend.to_host(mat)
+
+    def get_matrix(self, matrix_index: int) -> Any:
+        """Matrix ``matrix_index`` as a NumPy array, or None while it is not
+        allocated (Kaldi's GetMatrices(); for tests and state inspection)."""
+        mat = self._matrices[matrix_index]
+        return None if mat is None else self.backend.to_host(mat)
+
+    # -- input/output bookkeeping (Kaldi's GetIoMatrixIndex, CheckNoPendingIo) --
+    def _get_io_matrix_index(self, node_name: str, is_output: bool, consume: bool = True) -> int:
+        comp = self.computation
+        commands = comp.commands
+        node_index = self.nnet.get_node_index(node_name)
+        if node_index == -1:
+            raise PynnetError(f"No node named '{node_name}' in network.")
+        # Queue every I/O command that comes next (markers are stepped over).
+        while (self.program_counter < len(commands) and commands[self.program_counter].command_type
+               in (T.ACCEPT_INPUT, T.PROVIDE_OUTPUT, T.NO_OPERATION_MARKER)):
+            if commands[self.program_counter].command_type is not T.NO_OPERATION_MARKER:
+                self.pending_commands.append(self.program_counter)
+            self.program_counter += 1
+        for i, ci in enumerate(self.pending_commands):
+            c = commands[ci]
+            if (c.command_type is T.PROVIDE_OUTPUT) == is_output and c.arg2 == node_index:
+                if not is_output and consume:
+                    # Outputs stay pending: they may be read more than once.
+                    del self.pending_commands[i]
+                if not comp.is_whole_matrix(c.arg1):
+                    raise PynnetError("getting input or output that is not a whole matrix "
+                                      "(probably some optimization code needs to be changed)")
+                return comp.submatrices[c.arg1].matrix_index
+        raise PynnetError(f"Could not {'provide output' if is_output else 'accept input'} for "
+                          f"network node {node_name} (it is not expected at this point in the "
+                          f"computation)")
+
+    def _check_no_pending_io(self) -> None:
+        commands = self.computation.commands
+        while (self.program_counter < len(commands)
+               and commands[self.program_counter].command_type in _IO):
+            self.pending_commands.append(self.program_counter)
+            self.program_counter += 1
+        for ci in self.pending_commands:
+            c = commands[ci]
+            if c.command_type is T.ACCEPT_INPUT:
+                raise PynnetError(f"Cannot run computation-- we did not get input for node "
+                                  f"'{self.nnet.node_names[c.arg2]}'")
+        self.pending_commands.clear()
+
+    # -- matrices ---------------------------------------------------------
+    def _submatrix(self, s: int) -> Any:
+        if s == 0:
+            return self._empty
+        m, r, nr, c, nc, whole = self._sub[s]
+        mat = self._matrices[m]
+        if mat is None:
+            raise PynnetError(f"submatrix {s} refers to matrix m{m}, which is not allocated")
+        if whole:
+            return mat
+        return self.backend.view(mat, r, nr, c, nc)
+
+    def _multi_operands(self, k: int, num_cols: int) -> tuple[list[Any], Any]:
+        """(views of the submatrices, table of (position, row)) for indexes_multi[k]."""
+        cached = self._multi.get(k)
+        if cached is None:
+            pairs = self.computation.indexes_multi[k]
+            subs = np.unique(pairs[:, 0][pairs[:, 0] >= 0])
+            table = np.full(pairs.shape, -1, dtype=np.int32)
+            valid = pairs[:, 0] >= 0
+            table[valid, 0] = np.searchsorted(subs, pairs[valid, 0])
+            table[valid, 1] = pairs[valid, 1]
+            for s in subs.tolist():
+                if self._sub[s][4] != num_cols:
+                    raise PynnetError(f"indexes_multi[{k}]: submatrix {s} has "
+                                      f"{self._sub[s][4]} columns, expected {num_cols}")
+            cached = (subs.tolist(), self.backend.prepare_indexes(table))
+            self._multi[k] = cached
+        subs, table = cached
+        return [self._submatrix(s) for s in subs], table
+
+    # -- command execution -------------------------------------------------
+    def _execute(self, c: Command) -> None:
+        try:
+            self._exec[c.command_type](c)
+        except Exception as e:  # noqa: BLE001 (re-raised with the command's text)
+            self._report_error(e)
+
+    def _report_error(self, e: Exception) -> None:
+        # As Kaldi: show what ran before the failing command, then fail with
+        # the command's text.
+        strings = self.command_strings()
+        if not self.debug:
+            log.warn("Printing some background info since error was detected")
+            log.log(self._preamble())
+            for prev in range(self.program_counter):
+                log.log(strings[prev])
+        text = f"Error running command {strings[self.program_counter]}: {type(e).__name__}: {e}"
+        if isinstance(e, NotImplementedError):
+            raise NotImplementedError(text) from e
+        raise PynnetError(text) from e
+
+    def _alloc(self, c: Command) -> None:
+        m = self.computation.submatrices[c.arg1].matrix_index
+        info = self.computation.matrices[m]
+        fill = float("nan") if self.options.poison_undefined else 0.0
+        self._matrices[m] = self.backend.alloc(info.num_rows, info.num_cols, fill)
+
+    def _dealloc(self, c: Command) -> None:
+        self._matrices[self.computation.submatrices[c.arg1].matrix_index] = None
+
+    def _swap(self, c: Command) -> None:
+        m1 = self.computation.submatrices[c.arg1].matrix_index
+        m2 = self.computation.submatrices[c.arg2].matrix_index
+        self._matrices[m1], self._matrices[m2] = self._matrices[m2], self._matrices[m1]
+
+    def _set_const(self, c: Command) -> None:
+        self.backend.set_const(self._submatrix(c.arg1), c.alpha)
+
+    def _propagate(self, c: Command) -> None:
+        component = self.nnet.get_component(c.arg1)
+        indexes = self.computation.component_precomputed_indexes[c.arg2].data if c.arg2 else None
+        in_value = self._submatrix(c.arg3)
+        out_value = self._submatrix(c.arg4)
+        memo = self.backend.propagate(component, indexes, in_value, out_value)
+        if c.arg6:
+            if self.nnet_to_store_stats is None:
+                raise PynnetError("the computation stores component statistics but the computer "
+                                  "has no network to store them in (nnet_to_update)")
+            stats_component = self.nnet_to_store_stats.get_component(c.arg1)
+            # After an in-place propagate the input is gone: pass an empty matrix.
+            maybe_input = self._submatrix(0 if c.arg3 == c.arg4 else c.arg3)
+            self.backend.store_stats(stats_component, maybe_input, out_value, memo)
+        if c.arg5 > 0:
+            self._memos[c.arg5] = memo
+
+    def _backprop(self, c: Command) -> None:
+        comp = self.computation
+        component = self.nnet.get_component(c.arg1)
+        to_update = None
+        if c.command_type is T.BACKPROP:
+            if component.properties() & Prop.UPDATABLE:
+                target = self.nnet_to_update if comp.need_model_derivative else None
+            else:
+                # Some non-updatable components (e.g. CompositeComponent)
+                # store statistics in their backprop.
+                target = self.nnet_to_store_stats
+            if target is not None:
+                to_update = target.get_component(c.arg1)
+        indexes = comp.component_precomputed_indexes[c.arg2].data if c.arg2 else None
+        memo = None
+        if c.arg7 > 0:
+            if c.arg7 not in self._memos:
+                raise PynnetError("Memo requested that was not generated.")
+            memo = self._memos.pop(c.arg7)
+        in_deriv = self._submatrix(c.arg6) if c.arg6 else None
+        self.backend.backprop(component, self.nnet.component_names[c.arg1], indexes,
+                              self._submatrix(c.arg3), self._submatrix(c.arg4),
+                              self._submatrix(c.arg5), memo, to_update, in_deriv)
+
+    def _matrix_copy(self, c: Command) -> None:
+        self.backend.copy(self._submatrix(c.arg1), self._submatrix(c.arg2), c.alpha)
+
+    def _matrix_add(self, c: Command) -> None:
+        self.backend.add(self._submatrix(c.arg1), self._submatrix(c.arg2), c.alpha)
+
+    # Kaldi's executor implements alpha != 1 for CopyRows, CopyRowsMulti and
+    # AddRowRanges by scaling around an alpha-free kernel, and so does nothing
+    # at all when alpha == 0; the backends take alpha directly, and the
+    # alpha == 0 case is kept as Kaldi has it.
+    def _copy_rows(self, c: Command) -> None:
+        if c.alpha == 0.0:
+            return
+        self.backend.copy_rows(self._submatrix(c.arg1), self._submatrix(c.arg2),
+                               self._indexes[c.arg3], c.alpha)
+
+    def _add_rows(self, c: Command) -> None:
+        self.backend.add_rows(self._submatrix(c.arg1), self._submatrix(c.arg2),
+                              self._indexes[c.arg3], c.alpha)
+
+    def _copy_rows_multi(self, c: Command) -> None:
+        if c.alpha == 0.0:
+            return
+        dst = self._submatrix(c.arg1)
+        arrays, table = self._multi_operands(c.arg2, self._sub[c.arg1][4])
+        self.backend.copy_rows_multi(dst, arrays, table, c.alpha)
+
+    def _copy_to_rows_multi(self, c: Command) -> None:
+        if c.alpha != 1.0:
+            raise PynnetError("CopyToRowsMulti with alpha != 1 is not supported")
+        src = self._submatrix(c.arg1)
+        arrays, table = self._multi_operands(c.arg2, self._sub[c.arg1][4])
+        self.backend.copy_to_rows_multi(src, arrays, table)
+
+    def _add_rows_multi(self, c: Command) -> None:
+        dst = self._submatrix(c.arg1)
+        arrays, table = self._multi_operands(c.arg2, self._sub[c.arg1][4])
+        self.backend.add_rows_multi(dst, arrays, table, c.alpha)
+
+    def _add_to_rows_multi(self, c: Command) -> None:
+        src = self._submatrix(c.arg1)
+        arrays, table = self._multi_operands(c.arg2, self._sub[c.arg1][4])
+        self.backend.add_to_rows_multi(src, arrays, table, c.alpha)
+
+    def _add_row_ranges(self, c: Command) -> None:
+        if c.alpha == 0.0:
+            return
+        self.backend.add_row_ranges(self._submatrix(c.arg1), self._submatrix(c.arg2),
+                                    self._ranges[c.arg3], c.alpha)
+
+    def _compress(self, c: Command) -> None:
+        if not self.options.compress_matrices:
+            return
+        m = self.computation.submatrices[c.arg1].matrix_index
+        mat = self._matrices[m]
+        if m in self._compressed or mat is None:
+            raise PynnetError(f"CompressMatrix: m{m} is already compressed or not allocated")
+        self._compressed[m] = self.backend.compress(mat, c.arg2, c.alpha, c.arg3 != 0)
+        self._matrices[m] = None
+
+    def _decompress(self, c: Command) -> None:
+        if not self.options.compress_matrices:
+            return
+        m = self.computation.submatrices[c.arg1].matrix_index
+        compressed = self._compressed.pop(m, None)
+        if compressed is None or self._matrices[m] is not None:
+            raise PynnetError(f"DecompressMatrix: m{m} is not compressed")
+        info = self.computation.matrices[m]
+        mat = self.backend.alloc(info.num_rows, info.num_cols)
+        self.backend.decompress(compressed, mat)
+        self._matrices[m] = mat
+
+    def _no_op(self, c: Command) -> None:
+        pass
+
+    def _goto(self, c: Command) -> None:
+        if self.computation.commands[c.arg1].command_type is not T.NO_OPERATION_LABEL:
+            raise PynnetError(f"goto c{c.arg1}: that command is not a label")
+        # run() steps past the label after this returns.
+        self.program_counter = c.arg1
+
+    # -- debugging (Kaldi's --debug / verbose >= 5) ------------------------------
+    def command_strings(self) -> list[str]:
+        """Each command as Kaldi prints it (no newline); made on first use."""
+        if self._command_strings is None:
+            comp = self.computation
+            sub = comp.submatrix_strings()
+            self._command_strings = [
+                comp.command_string(i, self.nnet.component_names, self.nnet.node_names,
+                                    sub).rstrip("\n")
+                for i in range(len(comp.commands))]
+        return self._command_strings
+
+    def _preamble(self) -> str:
+        text = self.computation.print(self.nnet.component_names, self.nnet.node_names)
+        return text.split("# begin forward commands\n", 1)[0]
+
+    def _written_submatrices(self, c: Command) -> list[int]:
+        """Submatrices a command writes (as Kaldi's command attributes say)."""
+        t = c.command_type
+        if t in (T.SET_CONST, T.MATRIX_COPY, T.MATRIX_ADD, T.ADD_ROWS, T.COPY_ROWS,
+                 T.ADD_ROWS_MULTI, T.COPY_ROWS_MULTI, T.ADD_ROW_RANGES, T.COMPRESS_MATRIX,
+                 T.DECOMPRESS_MATRIX, T.ACCEPT_INPUT):
+            subs = [c.arg1]
+        elif t is T.PROPAGATE:
+            subs = [c.arg4]
+        elif t in (T.BACKPROP, T.BACKPROP_NO_MODEL_UPDATE):
+            subs = [c.arg6]
+        elif t in (T.ADD_TO_ROWS_MULTI, T.COPY_TO_ROWS_MULTI):
+            pairs = self.computation.indexes_multi[c.arg2]
+            subs = sorted(set(pairs[:, 0][pairs[:, 0] >= 0].tolist()))
+        else:
+            subs = []
+        return sorted(set(s for s in subs if s > 0))
+
+    def _updated_component(self, c: Command) -> Any:
+        if c.command_type is T.BACKPROP:
+            component = self.nnet.get_component(c.arg1)
+            if component.properties() & Prop.UPDATABLE and hasattr(component, "dot_product"):
+                return component
+        return None
+
+    @staticmethod
+    def _parameter_stddev(component: Any) -> float:
+        n = component.num_parameters()
+        return float(np.sqrt(component.dot_product(component) / n)) if n else 0.0
+
+    def _stddevs(self, subs: list[int]) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
+        comp = self.computation
+        mats = sorted(set(comp.submatrices[s].matrix_index for s in subs))
+        mat_sd = [(m, self.backend.stddev(self._matrices[m])
+                   if self._matrices[m] is not None else 0.0) for m in mats]
+        sub_sd = []
+        for s in subs:
+            if not comp.is_whole_matrix(s):
+                try:
+                    sub_sd.append((s, self.backend.stddev(self._submatrix(s))))
+                except PynnetError:
+                    sub_sd.append((s, 0.0))
+        return mat_sd, sub_sd
+
+    def _execute_with_debug(self, c: Command) -> None:
+        pc = self.program_counter
+        subs = self._written_submatrices(c)
+        before_mats, before_subs = self._stddevs(subs)
+        updated = self._updated_component(c)
+        before_param = self._parameter_stddev(updated) if updated is not None else 0.0
+        start = time.perf_counter()
+        self._execute(c)
+        elapsed = time.perf_counter() - start
+        after_mats, after_subs = self._stddevs(subs)
+        parts = [self.command_strings()[pc], "\t|\t"]
+        for (m, old), (_, new) in zip(before_mats, after_mats):
+            parts.append(f"m{m}: {old:g}->{new:g} ")
+        sub_strings = self.computation.submatrix_strings() if before_subs else []
+        for (s, old), (_, new) in zip(before_subs, after_subs):
+            parts.append(f"{sub_strings[s]}: {old:g}->{new:g} ")
+        if updated is not None:
+            parts.append(f"{self.nnet.component_names[c.arg1]}: {before_param:g}->"
+                         f"{self._parameter_stddev(updated):g} ")
+        parts.append(f"\t|\t time: {elapsed:g} secs")
+        log.log("".join(parts))
