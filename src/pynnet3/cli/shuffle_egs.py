@@ -1,0 +1,37 @@
+"""nnet3-shuffle-egs: shuffle the order of egs (Kaldi's exact random order for a --srand)."""
+from __future__ import annotations
+
+import click
+
+from .common import check_num_args, kaldi_command, run
+
+USAGE = """Copy examples (typically single frames or small groups of frames) for
+neural network training, from the input to output, but randomly shuffle the order.
+This program will keep all of the examples in memory at once, unless you
+use the --buffer-size option
+
+\b
+Usage:  nnet3-shuffle-egs [options] <egs-rspecifier> <egs-wspecifier>
+
+\b
+nnet3-shuffle-egs --srand=1 ark:train.egs ark:shuffled.egs"""
+
+
+@kaldi_command(USAGE)
+@click.option("--srand", type=int, default=0, show_default=True,
+              help="Seed for random number generator ")
+@click.option("--buffer-size", type=int, default=0, show_default=True,
+              help="If >0, size of a buffer we use to do limited-memory partial randomization.  "
+              "Otherwise, do full randomization.")
+@click.argument("args", nargs=-1)
+def command(srand: int, buffer_size: int, args: tuple[str, ...]) -> None:
+    check_num_args(args, (2,))
+    from ..train.egs_tools import shuffle_egs
+
+    status = shuffle_egs(args[0], args[1], srand=srand, buffer_size=buffer_size)
+    if status:
+        raise click.exceptions.Exit(status)
+
+
+def main() -> int:
+    return run(command, "nnet3-shuffle-egs")

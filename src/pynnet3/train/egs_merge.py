@@ -1,0 +1,370 @@
+"""Merging egs into minibatches (nnet3-merge-egs; nnet-example-utils.cc).
+
+:func:`merge_examples` is Kaldi's MergeExamples: the NnetIo's of the same name
+are concatenated (in sorted name order), each example's ``n`` index shifted
+by its position times the example stride, and the features appended
+(AppendGeneralMatrixRows: sparse stays sparse, anything else becomes a full
+matrix, compressed again only with ``compress``).
+
+:class:`ExampleMerger` groups examples of identical structure and writes a
+minibatch as soon as a group reaches the largest size its
+``--minibatch-size`` rule allows; at the end of the input the groups are
+flushed with the smaller sizes the rule allows and the rest discarded.  Kaldi
+keeps the groups in a ``std::unordered_map``, whose iteration order decides
+the order of the final minibatches and of the statistics printed; that order
+is reproduced here (:class:`StdUnorderedOrder`), so the output is
+byte-identical to Kaldi's.
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Callable, Hashable, Sequence
+
+import numpy as np
+
+from .. import log
+from ..errors import ConfigError, FormatError
+from .egs import NnetExample, NnetIo, example_size, structure_hash
+from .general_matrix import append_general_matrix_rows
+
+
+# ---------------------------------------------------------------------------
+# MergeExamples
+
+
+def merge_examples(src: Sequence[NnetExample], compress: bool = False) -> NnetExample:
+    """Kaldi's MergeExamples: one example whose ``n`` indexes number the inputs."""
+    if not src:
+        raise ValueError("merge_examples: no examples")
+    names = sorted({io.name for eg in src for io in eg.io})
+    pos = {name: i for i, name in enumerate(names)}
+    dims: list[int] = [-1] * len(names)
+    index_parts: list[list[np.ndarray]] = [[] for _ in names]
+    feature_parts: list[list] = [[] for _ in names]
+    # 1 for single examples, larger for already-merged ones; must hold for all.
+    stride = int(src[0].io[0].indexes[:, 0].max(initial=0)) + 1
+    for n, eg in enumerate(src):
+        for io in eg.io:
+            f = pos[io.name]
+            cols = io.features.num_cols
+            if dims[f] == -1:
+                dims[f] = cols
+            elif dims[f] != cols:
+                raise FormatError(f"merging examples with inconsistent feature dims: "
+                                  f"{dims[f]} vs. {cols} for '{io.name}'.")
+            if io.features.num_rows != io.indexes.shape[0]:
+                raise FormatError(f"NnetIo '{io.name}' has {io.indexes.shape[0]} indexes but "
+                                  f"{io.features.num_rows} rows")
+            idx = io.indexes.astype(np.int64).copy()
+            if idx.shape[0] and idx[:, 0].max() >= stride:
+                raise FormatError("merging examples with inconsistent n-index strides")
+            idx[:, 0] += n * stride
+            index_parts[f].append(idx)
+            feature_parts[f].append(io.features)
+    out = []
+    for f, name in enumerate(names):
+        features = append_general_matrix_rows(feature_parts[f])
+        if compress:
+            features.compress()
+        out.append(NnetIo(name, np.concatenate(index_parts[f]).astype(np.int32), features))
+    return NnetExample(out)
+
+
+# ---------------------------------------------------------------------------
+# --minibatch-size rules
+
+
+@dataclass
+class IntSet:
+    """A set like ``16:32,64``: ranges of positive integers."""
+
+    ranges: list[tuple[int, int]]
+    largest_size: int
+
+    @staticmethod
+    def parse(text: str) -> "IntSet | None":
+        ranges = []
+        for part in text.split(","):
+            try:
+                vals = [int(v) for v in part.split(":")]
+            except ValueError:
+                return None
+            if not 1 <= len(vals) <= 2 or vals[0] > vals[-1] or vals[0] <= 0:
+                return None
+            ranges.append((vals[0], vals[-1]))
+        if not ranges:
+            return None
+        return IntSet(ranges, max(r[1] for r in ranges))
+
+    def largest_value_in_range(self, max_value: int) -> int:
+        ans = 0
+        for lo, hi in self.ranges:
+            if max_value >= lo:
+                ans = max(ans, hi if max_value >= hi else max_value)
+        return ans
+
+
+@dataclass
+class ExampleMergingConfig:
+    """Kaldi's ExampleMergingConfig (the options of nnet3-merge-egs)."""
+
+    compress: bool = False
+    measure_output_frames: str = "deprecated"
+    minibatch_size: str = "256"
+    discard_partial_minibatches: str = "deprecated"
+    multilingual_eg: bool = False
+    rules: list[tuple[int, IntSet]] = field(default_factory=list)
+
+    def compute_derived(self) -> None:
+        if self.measure_output_frames != "deprecated":
+            log.warn("The --measure-output-frames option is deprecated and will be ignored.")
+        if self.discard_partial_minibatches != "deprecated":
+            log.warn("The --discard-partial-minibatches option is deprecated and will be ignored.")
+        bad = ConfigError(f"Could not parse option --minibatch-size={self.minibatch_size}")
+        parts = self.minibatch_size.split("/")
+        if not self.minibatch_size:
+            raise ConfigError(f"Invalid option --minibatch-size={self.minibatch_size}")
+        self.rules = []
+        for rule in parts:
+            if "=" in rule:
+                pieces = rule.split("=")
+                if len(pieces) != 2:
+                    raise bad
+                try:
+                    eg_size = int(pieces[0])
+                except ValueError:
+                    raise bad from None
+                int_set = IntSet.parse(pieces[1])
+            else:
+                if len(parts) != 1:
+                    raise ConfigError(f"Could not parse option --minibatch-size={self.minibatch_size}"
+                                      " (all rules must have eg-size specified if >1 rule)")
+                eg_size, int_set = 0, IntSet.parse(rule)
+            if int_set is None:
+                raise bad
+            self.rules.append((eg_size, int_set))
+        sizes = sorted(r[0] for r in self.rules)
+        if len(set(sizes)) != len(sizes):
+            raise ConfigError(f"Invalid --minibatch-size={self.minibatch_size} (repeated example-sizes)")
+
+    def minibatch_size_for(self, size_of_eg: int, num_available_egs: int, input_ended: bool) -> int:
+        """Kaldi's MinibatchSize(): how many egs to merge now (0: wait / discard)."""
+        if not self.rules:
+            raise ConfigError("call compute_derived() before minibatch_size_for()")
+        best, best_dist = 0, None
+        for i, (eg_size, _) in enumerate(self.rules):
+            dist = abs(size_of_eg - eg_size)
+            if best_dist is None or dist < best_dist:
+                best, best_dist = i, dist
+        int_set = self.rules[best][1]
+        if not input_ended:
+            return int_set.largest_size if int_set.largest_size <= num_available_egs else 0
+        return int_set.largest_value_in_range(num_available_egs)
+
+
+# ---------------------------------------------------------------------------
+# libstdc++ unordered_map iteration order
+
+# libstdc++'s _Prime_rehash_policy bucket counts (the start of its __prime_list).
+_PRIMES = [2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71, 73, 79,
+           83, 89, 97, 103, 109, 113, 127, 137, 139, 149, 157, 167, 179, 193, 199, 211, 227, 241,
+           257, 277, 293, 313, 337, 359, 383, 409, 439, 467, 503, 541, 577, 619, 661, 709, 761,
+           823, 887, 953, 1031, 1109, 1187, 1277, 1361, 1459, 1567, 1693, 1823, 1931, 2053]
+_FAST_BKT = [2, 2, 2, 3, 5, 5, 7, 7, 11, 11, 11, 11, 13, 13]
+
+
+class StdUnorderedOrder:
+    """The iteration order of a libstdc++ ``std::unordered_map`` (unique keys).
+
+    A new node goes in front of the nodes of its bucket, or at the head of the
+    list when its bucket is empty; a rehash re-inserts the nodes in their old
+    order the same way.  Only the order is modelled (values live elsewhere).
+    """
+
+    def __init__(self) -> None:
+        self.keys: list[Hashable] = []
+        self.hashes: dict[Hashable, int] = {}
+        self.bucket_count = 1
+        self.next_resize = 0
+
+    def _next_bkt(self, n: int) -> int:
+        if n < len(_FAST_BKT):
+            self.next_resize = _FAST_BKT[n]
+            return _FAST_BKT[n]
+        i = bisect.bisect_left(_PRIMES, n, lo=6)
+        if i >= len(_PRIMES):
+            raise NotImplementedError("more than 2053 distinct keys in StdUnorderedOrder")
+        self.next_resize = _PRIMES[i]
+        return _PRIMES[i]
+
+    def _place(self, order: list, key: Hashable, nbkt: int) -> None:
+        b = self.hashes[key] % nbkt
+        for i, k in enumerate(order):
+            if self.hashes[k] % nbkt == b:
+                order.insert(i, key)
+                return
+        order.insert(0, key)
+
+    def insert(self, key: Hashable, hash_value: int) -> None:
+        if key in self.hashes:
+            return
+        n_elt = len(self.keys)
+        if n_elt + 1 > self.next_resize:
+            min_bkts = max(n_elt + 1, 0 if self.next_resize else 11) / 1.0
+            if min_bkts >= self.bucket_count:
+                nbkt = self._next_bkt(max(int(min_bkts) + 1, self.bucket_count * 2))
+                old, self.keys = self.keys, []
+                self.bucket_count = nbkt
+                for k in old:
+                    self._place(self.keys, k, nbkt)
+            else:
+                self.next_resize = int(self.bucket_count * 1.0)
+        self.hashes[key] = hash_value
+        self._place(self.keys, key, self.bucket_count)
+
+    def erase(self, key: Hashable) -> None:
+        if key in self.hashes:
+            self.keys.remove(key)
+            del self.hashes[key]
+
+    def __iter__(self):
+        return iter(list(self.keys))
+
+
+# ---------------------------------------------------------------------------
+# ExampleMerger and its statistics
+
+
+def _fmt(value: float, precision: int) -> str:
+    """C++ ``ostream << float`` with the given precision (``%g``)."""
+    v = float(np.float32(value))
+    if v != v:
+        return "-nan"
+    return "%.*g" % (precision, v)
+
+
+@dataclass
+class _SizeStats:
+    num_discarded: int = 0
+    written: dict[int, int] = field(default_factory=dict)
+    order: StdUnorderedOrder = field(default_factory=StdUnorderedOrder)
+
+
+class ExampleMergingStats:
+    """Kaldi's ExampleMergingStats: what was merged and discarded, per eg type."""
+
+    def __init__(self) -> None:
+        self.stats: dict[tuple[int, int], _SizeStats] = {}
+
+    def wrote_example(self, example_size: int, structure_hash_value: int, minibatch_size: int) -> None:
+        s = self.stats.setdefault((example_size, structure_hash_value), _SizeStats())
+        if minibatch_size not in s.written:
+            s.order.insert(minibatch_size, minibatch_size)
+            s.written[minibatch_size] = 0
+        s.written[minibatch_size] += 1
+
+    def discarded_examples(self, example_size: int, structure_hash_value: int, num: int) -> None:
+        s = self.stats.setdefault((example_size, structure_hash_value), _SizeStats())
+        s.num_discarded += num
+
+    def specific_stats(self) -> str:
+        parts = []
+        for (eg_size, _), s in sorted(self.stats.items(), key=lambda kv: kv[0]):
+            body = ",".join(f"{mb}->{s.written[mb]}" for mb in s.order)
+            parts.append(f"{eg_size}={{{body},d={s.num_discarded}}}")
+        return ",".join(parts)
+
+    def aggregate_stats(self) -> str:
+        total_discarded = total_discarded_size = total_kept = total_kept_size = 0
+        num_minibatches = num_mb_types = 0
+        for (eg_size, _), s in self.stats.items():
+            total_discarded += s.num_discarded
+            total_discarded_size += s.num_discarded * eg_size
+            for mb, num in s.written.items():
+                num_mb_types += 1
+                num_minibatches += num
+                total_kept += num * mb
+                total_kept_size += num * mb * eg_size
+        total = total_discarded + total_kept
+        total_size = total_discarded_size + total_kept_size
+        div = lambda a, b: (a / b) if b else float("nan")
+        return (f"Processed {total} egs of avg. size {_fmt(div(total_size * 1.0, total), 4)} into "
+                f"{num_minibatches} minibatches, discarding "
+                f"{_fmt(div(total_discarded * 100.0, total), 4)}% of egs.  Avg minibatch size was "
+                f"{_fmt(div(total_kept * 1.0, num_minibatches), 4)}, #distinct types of "
+                f"egs/minibatches was {len(self.stats)}/{num_mb_types}")
+
+    def print_stats(self) -> None:
+        log.log("Merged specific eg types as follows [format: <eg-size1>={<mb-size1>->"
+                "<num-minibatches1>,<mbsize2>-><num-minibatches2>.../d=<num-discarded>},"
+                "<egs-size2>={...},... (note,egs-size == number of input frames including context).")
+        log.log(self.specific_stats())
+        log.log(self.aggregate_stats())
+
+
+class ExampleMerger:
+    """Kaldi's ExampleMerger: accepts egs one by one, writes merged minibatches.
+
+    ``writer(key, eg)`` receives each minibatch, keyed ``merged-<i>-<size>``.
+    """
+
+    def __init__(self, config: ExampleMergingConfig,
+                 writer: Callable[[str, NnetExample], None]) -> None:
+        self.config = config
+        self.writer = writer
+        self.finished = False
+        self.num_egs_written = 0
+        self.stats = ExampleMergingStats()
+        self._groups: dict[tuple, list[NnetExample]] = {}
+        self._hash: dict[tuple, int] = {}
+        self._order = StdUnorderedOrder()
+
+    def accept_example(self, eg: NnetExample) -> None:
+        if self.finished:
+            raise RuntimeError("accept_example() after finish()")
+        key = eg.structure_key()
+        group = self._groups.get(key)
+        if group is None:
+            group = self._groups[key] = []
+            self._hash[key] = structure_hash(eg)
+            self._order.insert(key, self._hash[key])
+        group.append(eg)
+        mb = self.config.minibatch_size_for(example_size(eg), len(group), False)
+        if mb != 0:
+            if mb != len(group):
+                raise RuntimeError("minibatch size does not match the number of available egs")
+            del self._groups[key]
+            self._order.erase(key)
+            self._write_minibatch(group, self._hash.pop(key))
+
+    def _write_minibatch(self, egs: list[NnetExample], hash_value: int) -> None:
+        self.stats.wrote_example(example_size(egs[0]), hash_value, len(egs))
+        merged = merge_examples(egs, self.config.compress)
+        key = f"merged-{self.num_egs_written}-{len(egs)}"
+        self.num_egs_written += 1
+        self.writer(key, merged)
+
+    def finish(self) -> None:
+        """Flush the remaining groups as the rules allow, discard the rest, log stats."""
+        if self.finished:
+            return
+        self.finished = True
+        for key in list(self._order):
+            vec = self._groups.pop(key)
+            hash_value = self._hash.pop(key)
+            eg_size = example_size(vec[0])
+            while vec:
+                mb = self.config.minibatch_size_for(eg_size, len(vec), True)
+                if mb == 0:
+                    break
+                batch, vec = vec[:mb], vec[mb:]
+                self._write_minibatch(batch, hash_value)
+            if vec:
+                self.stats.discarded_examples(eg_size, hash_value, len(vec))
+        self._order = StdUnorderedOrder()
+        self.stats.print_stats()
+
+    def exit_status(self) -> int:
+        self.finish()
+        return 0 if self.num_egs_written > 0 else 1

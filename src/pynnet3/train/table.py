@@ -1,0 +1,562 @@
+"""Kaldi tables: archives and scripts of keyed objects (util/kaldi-table).
+
+kaldiio reads and writes matrices and vectors, but not egs or posteriors, so
+this module implements Kaldi's table layer for any object type given a
+*holder* (an object with ``read(reader)`` and ``write(writer, obj)`` working on
+:class:`~pynnet3.kaldi_io.KaldiReader` / ``KaldiWriter``):
+
+* rspecifiers ``ark:file``, ``ark:-``, ``"ark:cmd |"``, ``scp:file`` (script
+  lines ``key rxfilename`` where rxfilename may be ``file:offset``, ``cmd |``
+  or carry a matrix range ``[r1:r2,c1:c2]``), with Kaldi's option letters
+  (``t``, ``b``, ``o``, ``s``, ``cs``, ``p``, ``bg`` ...; accepted, mostly
+  without effect here);
+* wspecifiers ``ark:file``, ``ark,t:file``, ``ark:-``, ``"ark:| cmd"``,
+  ``ark,scp:file.ark,file.scp`` (script lines point at ``file.ark:offset``),
+  ``scp:file`` (one file per key, as named in an existing script).
+
+An archive is ``key`` + one space + the object, in binary preceded by
+``\\0B``; objects follow each other with no separator.  Archives are read
+incrementally (a growing buffer, so pipes and huge archives stream) and
+written object by object.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, BinaryIO, Iterator, Protocol
+
+from ..errors import FormatError, UsageError
+from ..kaldi_io import KaldiReader, KaldiWriter
+
+
+class Holder(Protocol):
+    name: str
+
+    def read(self, r: KaldiReader) -> Any: ...
+
+    def write(self, w: KaldiWriter, obj: Any) -> None: ...
+
+
+@dataclass
+class RspecifierOptions:
+    once: bool = False
+    sorted: bool = False
+    called_sorted: bool = False
+    permissive: bool = False
+    background: bool = False
+
+
+@dataclass
+class WspecifierOptions:
+    binary: bool = True
+    flush: bool = False
+    permissive: bool = False
+
+
+def classify_rspecifier(rspecifier: str) -> tuple[str, str, RspecifierOptions]:
+    """Kaldi's ClassifyRspecifier: ('ark' | 'scp', rxfilename, options)."""
+    pos = rspecifier.find(":")
+    if pos < 0 or not rspecifier or rspecifier[-1].isspace():
+        raise UsageError(f"invalid rspecifier '{rspecifier}'")
+    opts = RspecifierOptions()
+    kind = ""
+    for part in re.split(r"[, ]", rspecifier[:pos]):
+        if part in ("b", "t"):
+            continue
+        flags = {"o": ("once", True), "no": ("once", False), "p": ("permissive", True),
+                 "np": ("permissive", False), "s": ("sorted", True), "ns": ("sorted", False),
+                 "cs": ("called_sorted", True), "ncs": ("called_sorted", False),
+                 "bg": ("background", True)}
+        if part in flags:
+            setattr(opts, *flags[part])
+        elif part in ("ark", "scp") and not kind:
+            kind = part
+        else:
+            raise UsageError(f"invalid rspecifier '{rspecifier}'")
+    if not kind:
+        raise UsageError(f"invalid rspecifier '{rspecifier}'")
+    return kind, rspecifier[pos + 1:], opts
+
+
+def classify_wspecifier(wspecifier: str) -> tuple[str, str, str, WspecifierOptions]:
+    """Kaldi's ClassifyWspecifier: ('ark' | 'scp' | 'both', archive, script, options)."""
+    pos = wspecifier.find(":")
+    if pos < 0 or not wspecifier or wspecifier[-1].isspace():
+        raise UsageError(f"invalid wspecifier '{wspecifier}'")
+    opts = WspecifierOptions()
+    kind = ""
+    for part in re.split(r"[, ]", wspecifier[:pos]):
+        if part == "b":
+            opts.binary = True
+        elif part == "t":
+            opts.binary = False
+        elif part == "f":
+            opts.flush = True
+        elif part == "nf":
+            opts.flush = False
+        elif part == "p":
+            opts.permissive = True
+        elif part == "ark" and not kind:
+            kind = "ark"
+        elif part == "scp" and kind in ("", "ark"):
+            kind = "both" if kind == "ark" else "scp"
+        else:
+            raise UsageError(f"invalid wspecifier '{wspecifier}'")
+    after = wspecifier[pos + 1:]
+    if kind == "ark":
+        return kind, after, "", opts
+    if kind == "scp":
+        return kind, "", after, opts
+    if kind == "both":
+        comma = after.find(",")
+        if comma < 0:
+            raise UsageError(f"invalid wspecifier '{wspecifier}' (expected ark,scp:ark-file,scp-file)")
+        return kind, after[:comma], after[comma + 1:], opts
+    raise UsageError(f"invalid wspecifier '{wspecifier}'")
+
+
+# ---------------------------------------------------------------------------
+# Opening rxfilenames / wxfilenames
+
+_OFFSET = re.compile(r"^(.*):(\d+)$")
+
+
+def open_rxfilename(rxfilename: str) -> BinaryIO:
+    """A readable binary stream for ``-``, ``cmd |``, ``file:offset`` or a file."""
+    from kaldiio.utils import open_like_kaldi
+
+    name = rxfilename.strip()
+    try:
+        if name in ("", "-"):
+            return open_like_kaldi("-", "rb")
+        if name.endswith("|"):
+            return open_like_kaldi(name, "rb")
+        m = _OFFSET.match(name)
+        if m and not os.path.exists(name):
+            f = open(m.group(1), "rb")
+            f.seek(int(m.group(2)))
+            return f
+        return open(name, "rb")
+    except OSError as e:
+        raise FormatError(f"could not open for reading: {e.strerror or e}", where=rxfilename) from None
+
+
+def open_wxfilename(wxfilename: str) -> BinaryIO:
+    """A writable binary stream for ``-``, ``| cmd`` or a file."""
+    from kaldiio.utils import open_like_kaldi
+
+    name = wxfilename.strip()
+    try:
+        if name in ("", "-"):
+            return open_like_kaldi("-", "wb")
+        if name.startswith("|"):
+            return open_like_kaldi(name, "wb")
+        return open(name, "wb")
+    except OSError as e:
+        raise FormatError(f"could not open for writing: {e.strerror or e}", where=wxfilename) from None
+
+
+def close_stream(f: Any, name: str) -> None:
+    """Close a stream; a pipe's non-zero exit status is an error (as in Kaldi)."""
+    status = f.close()
+    if status:
+        raise FormatError(f"pipe had nonzero return status {status}", where=name)
+
+
+# ---------------------------------------------------------------------------
+# Incremental parsing of a stream
+
+
+_SPACE = b" \t\n\r\v\f"
+_NOT_SPACE = re.compile(rb"[^ \t\n\r\v\f]")
+_SPACE_RE = re.compile(rb"[ \t\n\r\v\f]")
+_MAX_OBJECT_BYTES = 1 << 28
+
+
+class _NeedMore(Exception):
+    pass
+
+
+class ObjectStream:
+    """Reads keys and objects from a stream through a growing in-memory buffer.
+
+    A parse that runs off the end of the buffer is retried after reading more,
+    so objects of any size stream through without reading the whole input.
+    """
+
+    BLOCK = 1 << 20
+
+    def __init__(self, f: BinaryIO, name: str) -> None:
+        self.f = f
+        self.name = name
+        self.buf = b""
+        self.pos = 0
+        self.eof = False
+
+    def _fill(self) -> bool:
+        if self.eof:
+            return False
+        chunk = self.f.read(max(self.BLOCK, len(self.buf) - self.pos))
+        if not chunk:
+            self.eof = True
+            return False
+        if self.pos > 0 and self.pos >= len(self.buf) // 2:
+            # Drop what has been consumed (positions shift; callers re-read self.pos).
+            self.buf = self.buf[self.pos:] + chunk
+            self.pos = 0
+        else:
+            self.buf += chunk
+        return True
+
+    def read_key(self) -> str | None:
+        """The next key, or None at the end; consumes the space after it."""
+        while True:
+            m = _NOT_SPACE.search(self.buf, self.pos)
+            if m is None:
+                self.pos = len(self.buf)
+                if not self._fill():
+                    return None
+                continue
+            self.pos = m.start()
+            end = _SPACE_RE.search(self.buf, self.pos)
+            if end is None:
+                if self._fill():
+                    continue
+                raise FormatError(f"invalid archive: key {self.buf[self.pos:self.pos + 40]!r} "
+                                  "is not followed by an object", where=self.name)
+            key = self.buf[self.pos:end.start()].decode("utf-8", errors="replace")
+            c = self.buf[end.start():end.start() + 1]
+            if c not in (b" ", b"\t", b"\n"):
+                raise FormatError(f"invalid archive file format: expected space after key {key}",
+                                  where=self.name)
+            self.pos = end.start() + (0 if c == b"\n" else 1)
+            return key
+
+    def read_object(self, holder: Holder) -> Any:
+        """One object at the current position (``\\0B`` marks binary)."""
+        while len(self.buf) - self.pos < 2 and self._fill():
+            pass
+        while True:
+            binary = self.buf[self.pos:self.pos + 2] == b"\0B"
+            r = KaldiReader(self.buf, binary, self.name, self.pos + (2 if binary else 0))
+            try:
+                obj = holder.read(r)
+                if r.pos >= len(self.buf) and not self.eof:
+                    raise _NeedMore()
+            except Exception as e:
+                if (not self.eof and len(self.buf) - self.pos < _MAX_OBJECT_BYTES
+                        and self._fill()):
+                    continue
+                if isinstance(e, _NeedMore):
+                    self.pos = r.pos
+                    return obj
+                if isinstance(e, FormatError):
+                    raise
+                raise FormatError(f"error reading {holder.name}: {type(e).__name__}: {e}",
+                                  where=f"{self.name} (byte {r.pos})") from None
+            self.pos = r.pos
+            return obj
+
+    def close(self) -> None:
+        """Close; a pipe that failed is an error once its output was read to the end
+        (if we stopped early the writer may just have got SIGPIPE: only a warning)."""
+        status = self.f.close()
+        if status:
+            message = f"pipe had nonzero return status {status}"
+            if self.eof:
+                raise FormatError(message, where=self.name)
+            from .. import log
+
+            log.warn(f"{self.name}: {message}")
+
+
+# ---------------------------------------------------------------------------
+# Readers
+
+
+def _parse_range(rxfilename: str) -> tuple[str, str]:
+    """Split ``file:offset[range]`` into (file:offset, range); range may be ''."""
+    if rxfilename.endswith("]") and "[" in rxfilename:
+        base, _, rng = rxfilename.rpartition("[")
+        if base and len(rng) > 1:
+            return base, rng[:-1]
+        raise FormatError(f"bad range specifier in '{rxfilename}'")
+    return rxfilename, ""
+
+
+def read_object_from(rxfilename: str, holder: Holder) -> Any:
+    """One object from an rxfilename (a script entry), with an optional range."""
+    name, rng = _parse_range(rxfilename.strip())
+    stream = ObjectStream(open_rxfilename(name), name)
+    try:
+        obj = stream.read_object(holder)
+    finally:
+        stream.close()
+    if rng:
+        extract = getattr(holder, "extract_range", None)
+        if extract is None:
+            raise FormatError(f"range specifiers are not supported for {holder.name}",
+                              where=rxfilename)
+        obj = extract(obj, rng)
+    return obj
+
+
+def read_script_file(rxfilename: str) -> list[tuple[str, str]]:
+    """Kaldi's ReadScriptFile: lines ``key rxfilename``."""
+    f = open_rxfilename(rxfilename)
+    try:
+        data = f.read()
+    finally:
+        close_stream(f, rxfilename)
+    out = []
+    for num, line in enumerate(data.decode("utf-8").splitlines(), start=1):
+        key, _, rest = line.strip().partition(" ")
+        rest = rest.strip()
+        if not key or not rest:
+            raise FormatError(f"invalid line {num} in script file: '{line}'", where=rxfilename)
+        out.append((key, rest))
+    return out
+
+
+class SequentialTableReader:
+    """Iterate over (key, object) of an rspecifier, like Kaldi's SequentialTableReader."""
+
+    def __init__(self, rspecifier: str, holder: Holder) -> None:
+        self.rspecifier = rspecifier
+        self.holder = holder
+        self.kind, self.filename, self.opts = classify_rspecifier(rspecifier)
+        self._stream: ObjectStream | None = None
+
+    def __iter__(self) -> Iterator[tuple[str, Any]]:
+        if self.kind == "scp":
+            for key, rx in read_script_file(self.filename):
+                yield key, read_object_from(rx, self.holder)
+            return
+        self._stream = ObjectStream(open_rxfilename(self.filename), self.filename)
+        try:
+            while True:
+                key = self._stream.read_key()
+                if key is None:
+                    break
+                yield key, self._stream.read_object(self.holder)
+        finally:
+            stream, self._stream = self._stream, None
+            if stream is not None:
+                stream.close()
+
+    def close(self) -> None:
+        if self._stream is not None:
+            stream, self._stream = self._stream, None
+            stream.close()
+
+    def __enter__(self) -> "SequentialTableReader":
+        return self
+
+    def __exit__(self, *args: Any) -> None:
+        self.close()
+
+
+class RandomAccessTableReader:
+    """Look objects up by key (Kaldi's RandomAccessTableReader).
+
+    An archive is read forward as far as needed and what was read is kept;
+    a script is indexed and each object loaded when asked for.
+    """
+
+    def __init__(self, rspecifier: str, holder: Holder) -> None:
+        self.rspecifier = rspecifier
+        self.holder = holder
+        self.kind, self.filename, self.opts = classify_rspecifier(rspecifier)
+        self._cache: dict[str, Any] = {}
+        self._script: dict[str, str] = {}
+        self._iter: Iterator[tuple[str, Any]] | None = None
+        self._reader: SequentialTableReader | None = None
+        if self.kind == "scp":
+            self._script = dict(read_script_file(self.filename))
+        else:
+            self._reader = SequentialTableReader(rspecifier, holder)
+            self._iter = iter(self._reader)
+
+    def _read_until(self, key: str) -> bool:
+        while self._iter is not None:
+            try:
+                k, obj = next(self._iter)
+            except StopIteration:
+                self._iter = None
+                break
+            self._cache[k] = obj
+            if k == key:
+                return True
+        return key in self._cache
+
+    def has_key(self, key: str) -> bool:
+        if self.kind == "scp":
+            return key in self._script
+        return key in self._cache or self._read_until(key)
+
+    def value(self, key: str) -> Any:
+        if self.kind == "scp":
+            if key not in self._cache:
+                if key not in self._script:
+                    raise FormatError(f"no key {key} in table", where=self.rspecifier)
+                self._cache = {key: read_object_from(self._script[key], self.holder)}
+            return self._cache[key]
+        if not self.has_key(key):
+            raise FormatError(f"no key {key} in table", where=self.rspecifier)
+        return self._cache[key]
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+            self._iter = None
+
+    def __enter__(self) -> "RandomAccessTableReader":
+        return self
+
+    def __exit__(self, *args: Any) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------------------
+# Writer
+
+
+def is_token(s: str) -> bool:
+    return bool(s) and all(c.isprintable() and not c.isspace() for c in s)
+
+
+class TableWriter:
+    """Write (key, object) pairs to a wspecifier, like Kaldi's TableWriter."""
+
+    def __init__(self, wspecifier: str, holder: Holder) -> None:
+        self.wspecifier = wspecifier
+        self.holder = holder
+        self.kind, self.archive_name, self.script_name, self.opts = classify_wspecifier(wspecifier)
+        self._archive: BinaryIO | None = None
+        self._script: BinaryIO | None = None
+        self._script_map: dict[str, str] = {}
+        self._offset = 0
+        if self.kind in ("ark", "both"):
+            self._archive = open_wxfilename(self.archive_name)
+        if self.kind == "both":
+            self._script = open_wxfilename(self.script_name)
+        if self.kind == "scp":
+            self._script_map = dict(read_script_file(self.script_name))
+
+    def write(self, key: str, obj: Any) -> None:
+        if not is_token(key):
+            raise FormatError(f"using invalid key '{key}'", where=self.wspecifier)
+        w = KaldiWriter(self.opts.binary)
+        self.holder.write(w, obj)
+        body = (b"\0B" if self.opts.binary else b"") + w.getvalue()
+        if self.kind == "scp":
+            if key not in self._script_map:
+                raise FormatError(f"no entry for key {key} in script file", where=self.script_name)
+            f = open_wxfilename(self._script_map[key])
+            try:
+                f.write(body)
+            finally:
+                close_stream(f, self._script_map[key])
+            return
+        assert self._archive is not None
+        head = key.encode() + b" "
+        self._archive.write(head)
+        self._offset += len(head)
+        if self._script is not None:
+            self._script.write(f"{key} {self.archive_name}:{self._offset}\n".encode())
+        self._archive.write(body)
+        self._offset += len(body)
+        if self.opts.flush:
+            self._archive.flush()
+
+    def close(self) -> None:
+        for attr, name in (("_archive", self.archive_name), ("_script", self.script_name)):
+            f = getattr(self, attr)
+            if f is not None:
+                setattr(self, attr, None)
+                f.flush()
+                close_stream(f, name)      # stdout's wrapper is never really closed
+
+    def __enter__(self) -> "TableWriter":
+        return self
+
+    def __exit__(self, *args: Any) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------------------
+# Matrix holders (features, iVectors, dense targets)
+
+
+def _parse_matrix_range(rng: str, num_rows: int, num_cols: int) -> tuple[int, int, int, int]:
+    """Kaldi's ParseMatrixRangeSpecifier: ``r1:r2`` or ``r1:r2,c1:c2`` (inclusive)."""
+    parts = rng.split(",")
+    if len(parts) not in (1, 2):
+        raise FormatError(f"could not parse range specifier '{rng}'")
+    out = []
+    for part, size in zip(parts + ([":"] if len(parts) == 1 else []), (num_rows, num_cols)):
+        if part.strip() in (":", ""):
+            out += [0, size - 1]
+            continue
+        try:
+            a, b = (int(v) for v in part.split(":"))
+        except ValueError:
+            raise FormatError(f"could not parse range specifier '{rng}'") from None
+        # Kaldi allows the row end to exceed the matrix by up to 3 (rounding of segments).
+        if a < 0 or a > b or b >= size + (3 if len(out) == 0 else 0):
+            raise FormatError(f"invalid range specifier '{rng}' for a {num_rows} x {num_cols} matrix")
+        out += [a, min(b, size - 1)]
+    return out[0], out[1], out[2], out[3]
+
+
+class GeneralMatrixHolder:
+    """Kaldi's GeneralMatrix holder: keeps compressed / sparse matrices as they are."""
+
+    name = "GeneralMatrix"
+
+    @staticmethod
+    def read(r: KaldiReader):
+        from .general_matrix import GeneralMatrix
+
+        return GeneralMatrix.read(r)
+
+    @staticmethod
+    def write(w: KaldiWriter, obj) -> None:
+        obj.write(w)
+
+    @staticmethod
+    def extract_range(obj, rng: str):
+        from .general_matrix import GeneralMatrix
+
+        r1, r2, c1, c2 = _parse_matrix_range(rng, obj.num_rows, obj.num_cols)
+        return GeneralMatrix(obj.to_matrix()[r1:r2 + 1, c1:c2 + 1].copy())
+
+
+class MatrixHolder:
+    """Kaldi's BaseFloatMatrix holder: a float32 NumPy matrix."""
+
+    name = "Matrix"
+
+    @staticmethod
+    def read(r: KaldiReader):
+        from .general_matrix import GeneralMatrix, MatrixType
+
+        g = GeneralMatrix.read(r)
+        if g.type == MatrixType.SPARSE:
+            raise r.error("expected a matrix, got a sparse matrix")
+        return g.to_matrix()
+
+    @staticmethod
+    def write(w: KaldiWriter, obj) -> None:
+        w.write_matrix(obj)
+
+    @staticmethod
+    def extract_range(obj, rng: str):
+        r1, r2, c1, c2 = _parse_matrix_range(rng, obj.shape[0], obj.shape[1])
+        return obj[r1:r2 + 1, c1:c2 + 1].copy()
+
+
+GENERAL_MATRIX_HOLDER = GeneralMatrixHolder()
+MATRIX_HOLDER = MatrixHolder()
