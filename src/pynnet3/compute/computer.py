@@ -323,7 +323,7 @@ class NnetComputer:
         in_value = self._submatrix(c.arg3)
         out_value = self._submatrix(c.arg4)
         memo = self.backend.propagate(component, indexes, in_value, out_value)
-        if c.arg6:
+        if c.arg6 > 0:  # the store-stats flag (Command's default -1 means no)
             if self.nnet_to_store_stats is None:
                 raise PynnetError("the computation stores component statistics but the computer "
                                   "has no network to store them in (nnet_to_update)")

@@ -1,0 +1,568 @@
+"""From a ComputationRequest to an (unoptimized) NnetComputation.
+
+A port of Kaldi's Compiler (nnet-compile.{h,cc}).  The work is:
+
+1. build the computation graph for each request (segment) and prune it;
+2. group its cindexes into phases and then *steps* (compile/steps.py); a
+   step is a list of cindexes of one node computed together, i.e. one
+   matrix, one row per cindex;
+3. describe each step (:class:`StepInfo`): its value and derivative
+   submatrices, where the inputs of each row come from (for descriptor
+   steps), its precomputed component indexes;
+4. emit commands: allocation (with zeroing), the forward commands of each
+   step in order, a marker, the backward commands in reverse order (only for
+   steps whose derivative is needed), deallocation of everything the user
+   will not read afterwards; then move input/output commands to the edges of
+   each segment (Kaldi's ConsolidateIoOperations) and attach debug info.
+
+The Descriptor-specific code (input locations, row commands) lives in
+compiler_descriptor.py.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from ..errors import PynnetError
+from ..log import verbose_level, vlog
+from ..nnet.components.base import Prop, UpdatableComponent
+from ..nnet.index import Index
+from ..nnet.nnet import NodeType
+from .compile_utils import PairLists
+from .compiler_descriptor import (CindexTable, compile_backward_from_submat_locations_list,
+                                  compile_forward_from_submat_locations_list,
+                                  compute_input_locations_list, split_by_scale)
+from .computation import (Command, CommandType, MatrixDebugInfo, NnetComputation,
+                          PrecomputedIndexesInfo, StrideType)
+from .graph import ComputationGraphBuilder
+from .graph_types import ComputationGraph
+from .request import ComputationRequest
+from .steps import compute_computation_phases, compute_computation_steps_full
+
+if TYPE_CHECKING:
+    from ..nnet.nnet import Nnet
+
+__all__ = ["CompilerOptions", "Compiler", "StepInfo", "consolidate_io_operations",
+           "compile_computation"]
+
+T = CommandType
+
+
+@dataclass
+class CompilerOptions:
+    """Kaldi's CompilerOptions."""
+
+    output_debug_info: bool = True
+
+
+@dataclass
+class StepInfo:
+    """What the compiler knows about one step (Kaldi's Compiler::StepInfo)."""
+
+    node_index: int = -1
+    value: int = 0          # submatrix of the step's output
+    deriv: int = 0          # submatrix of the derivative there; 0 if none
+    segment: int = 0
+    precomputed_indexes_index: int = 0
+    output_indexes: list[Index] = field(default_factory=list)
+    output_cindex_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    # Descriptor steps: a submatrix per Append part (column range), and per
+    # part, for each row the (step, row) locations it sums.
+    value_parts: list[int] = field(default_factory=list)
+    deriv_parts: list[int] = field(default_factory=list)
+    input_locations_list: list[PairLists] = field(default_factory=list)
+
+
+class Compiler:
+    """Kaldi's Compiler: ``Compiler(requests, nnet).create_computation(opts)``.
+
+    ``requests`` is one ComputationRequest, or several for a multi-segment
+    (online/looped) computation.
+    """
+
+    def __init__(self, requests: ComputationRequest | Sequence[ComputationRequest],
+                 nnet: "Nnet") -> None:
+        if isinstance(requests, ComputationRequest):
+            requests = [requests]
+        self.requests: list[ComputationRequest] = list(requests)
+        if not self.requests:
+            raise PynnetError("Compiler needs at least one request")
+        if len(self.requests) > 1:
+            for r in self.requests:
+                if r.need_model_derivative:
+                    raise PynnetError("model derivatives are not supported for "
+                                      "multi-segment computations")
+                if r.store_component_stats != self.requests[0].store_component_stats:
+                    raise PynnetError("store_component_stats must agree across segments")
+        self.nnet = nnet
+        self.graph = ComputationGraph()
+        self.steps: list[StepInfo] = []
+        # cindex_id -> (step, row) of where it is computed (Kaldi's cindex_id_to_location_).
+        self.loc_step = np.zeros(0, dtype=np.int64)
+        self.loc_row = np.zeros(0, dtype=np.int64)
+        # Set by tests to compare the vectorised input-location code with the general one.
+        self.use_fast_input_locations = True
+
+    # -- the driver -------------------------------------------------------------
+    def create_computation(self, options: CompilerOptions | None = None) -> NnetComputation:
+        options = options or CompilerOptions()
+        computation = NnetComputation()
+        builder = ComputationGraphBuilder(self.nnet, self.graph)
+        for request in self.requests:
+            builder.compute(request)
+            if not builder.all_outputs_are_computable():
+                raise PynnetError("Not all outputs were computable, cannot create computation.\n"
+                                  + builder.explain_why_all_outputs_not_computable())
+            builder.prune()
+        # Per segment, a list of phases (lists of cindex_ids); each phase
+        # becomes one or more steps.  The steps computer may add a few
+        # cindexes to the graph (padding rows, dim-range rows).
+        phases_per_segment = compute_computation_phases(self.nnet, self.graph)
+        result = compute_computation_steps_full(self.nnet, self.requests,
+                                                phases_per_segment, self.graph)
+        del phases_per_segment
+        steps, step_to_segment = result.steps, result.step_to_segment
+        self.loc_step, self.loc_row = result.location_step, result.location_row
+        deriv_needed = self.compute_deriv_needed(steps, step_to_segment)
+        self.create_step_info(deriv_needed, step_to_segment, steps, computation)
+        self.add_commands(deriv_needed, step_to_segment, computation)
+        consolidate_io_operations(computation)
+        if options.output_debug_info:
+            self.output_debug_info(computation)
+        return computation
+
+    def add_commands(self, deriv_needed: list[bool], step_to_segment: list[int],
+                     computation: NnetComputation) -> None:
+        computation.need_model_derivative = self.requests[0].need_model_derivative
+        whole = computation.whole_submatrices()
+        self.allocate_matrices(whole, computation)
+        self.set_up_precomputed_indexes(step_to_segment, computation)
+        num_steps = len(self.steps)
+        for step in range(num_steps):
+            self.compile_forward(step, computation)
+            if step + 1 < num_steps and step_to_segment[step + 1] != step_to_segment[step]:
+                # separates the segments of a multi-segment computation
+                computation.commands.append(Command(T.NO_OPERATION_MARKER))
+        computation.commands.append(Command(T.NO_OPERATION_MARKER))  # end of forward
+        for step in range(num_steps - 1, -1, -1):
+            if deriv_needed[step]:
+                self.compile_backward(step, computation)
+        self.deallocate_matrices(whole, step_to_segment, computation)
+
+    # -- which steps need derivatives ---------------------------------------------
+    def compute_step_dependencies(self, this_step: Sequence[int], step_index: int) -> set[int]:
+        """Steps whose output this step reads (Kaldi's ComputeStepDependencies)."""
+        if len(this_step) == 0:
+            return set()
+        node_index = self.graph.cindexes[this_step[0]][0]
+        if self.nnet.is_component_node(node_index):
+            if step_index == 0:
+                raise PynnetError("component step with no preceding input step")
+            return {step_index - 1}   # its component-input step
+        deps = self.graph.dependencies
+        flat = np.fromiter(itertools.chain.from_iterable(deps[c] for c in this_step),
+                           dtype=np.int64)
+        return set(np.unique(self.loc_step[flat]).tolist()) if flat.size else set()
+
+    def compute_deriv_needed(self, steps: list[list[int]],
+                             step_to_segment: list[int]) -> list[bool]:
+        """Kaldi's ComputeDerivNeeded: a step needs a derivative if a step it
+        reads does, if it is an input whose derivative the user wants, an
+        output whose derivative the user supplies, or an updatable component
+        with a nonzero learning rate when model derivatives are wanted."""
+        if not (len(steps) == len(step_to_segment) and step_to_segment[0] == 0
+                and step_to_segment[-1] + 1 == len(self.requests)):
+            raise PynnetError("compute_deriv_needed: inconsistent steps / segments")
+        nnet = self.nnet
+        graph = self.graph
+        deriv_needed = [False] * len(steps)
+        for step, this_step in enumerate(steps):
+            if len(this_step) == 0:
+                continue  # e.g. the input step of a component that needs no input
+            cindex_id = this_step[0]
+            node_index = graph.cindexes[cindex_id][0]
+            node_name = nnet.node_names[node_index]
+            for dep_step in self.compute_step_dependencies(this_step, step):
+                if dep_step >= step:
+                    raise PynnetError("step depends on a later step (bad step order)")
+                if deriv_needed[dep_step]:
+                    deriv_needed[step] = True
+            request = self.requests[step_to_segment[step]]
+            if graph.is_input[cindex_id]:
+                i = request.index_for_input(node_name)
+                if i == -1:
+                    raise PynnetError(f"input step for {node_name} not in the request")
+                if request.inputs[i].has_deriv:
+                    deriv_needed[step] = True
+            if nnet.is_output_node(node_index):
+                i = request.index_for_output(node_name)
+                if i == -1:
+                    raise PynnetError(f"output step for {node_name} not in the request")
+                if request.outputs[i].has_deriv:
+                    deriv_needed[step] = True
+            if nnet.is_component_node(node_index) and request.need_model_derivative:
+                c = nnet.component_for_node(node_index)
+                if c.properties() & Prop.UPDATABLE:
+                    if not isinstance(c, UpdatableComponent):
+                        raise PynnetError(f"component {c.type_name} is updatable but not an "
+                                          "UpdatableComponent")
+                    if c.learning_rate != 0:
+                        deriv_needed[step] = True
+        if verbose_level() >= 5:
+            vlog(5, "deriv_needed = " + "".join("t" if x else "f" for x in deriv_needed))
+        return deriv_needed
+
+    # -- step info -----------------------------------------------------------------
+    def get_stride_type(self, node_index: int) -> StrideType:
+        """EQUAL_NUM_COLS where the component wants contiguous input/output."""
+        nnet = self.nnet
+        if nnet.is_component_input_node(node_index):
+            flag, comp_node = Prop.INPUT_CONTIGUOUS, node_index + 1
+        elif nnet.is_component_node(node_index):
+            flag, comp_node = Prop.OUTPUT_CONTIGUOUS, node_index
+        else:
+            return StrideType.DEFAULT
+        props = nnet.component_for_node(comp_node).properties()
+        return StrideType.EQUAL_NUM_COLS if props & flag else StrideType.DEFAULT
+
+    def create_step_info(self, deriv_needed: list[bool], step_to_segment: list[int],
+                         by_step: list[list[int]], computation: NnetComputation) -> None:
+        """Kaldi's CreateStepInfo: matrices and submatrices for every step,
+        and input locations of descriptor steps."""
+        if not by_step:
+            raise PynnetError("no steps to compile")
+        nnet = self.nnet
+        graph = self.graph
+        cindexes = graph.cindexes
+        table = CindexTable(graph)
+        step_node = np.zeros(len(by_step), dtype=np.int64)
+        self.steps = [StepInfo() for _ in by_step]
+        for step, ids in enumerate(by_step):
+            info = self.steps[step]
+            info.output_cindex_ids = np.asarray(ids, dtype=np.int64)
+            info.segment = step_to_segment[step]
+            info.output_indexes = [cindexes[c][1] for c in ids]
+            if not ids:
+                # The (empty) input step of a component needing no input
+                # (e.g. ConstantFunctionComponent): a placeholder, no commands.
+                if step + 1 >= len(by_step) or not by_step[step + 1]:
+                    raise PynnetError("empty step not followed by a component step")
+                info.node_index = cindexes[by_step[step + 1][0]][0] - 1
+                step_node[step] = info.node_index
+                continue
+            info.node_index = cindexes[ids[0]][0]
+            step_node[step] = info.node_index
+            node = nnet.nodes[info.node_index]
+            num_rows, num_cols = len(ids), nnet.node_dim(info.node_index)
+            if node.node_type is not NodeType.DIM_RANGE:
+                stride = self.get_stride_type(info.node_index)
+                info.value = computation.new_matrix(num_rows, num_cols, stride)
+                if deriv_needed[step]:
+                    info.deriv = computation.new_matrix(num_rows, num_cols, stride)
+            else:
+                # A column range of the step it is taken from (same rows).
+                source = next((graph.dependencies[c][0] for c in ids if graph.dependencies[c]),
+                              -1)
+                if source < 0:
+                    raise PynnetError("dim-range step with no source")
+                input_step = int(self.loc_step[source])
+                src = self.steps[input_step]
+                if not (0 <= input_step < step and len(src.output_indexes) == num_rows):
+                    raise PynnetError("dim-range step does not match its source step")
+                info.value = computation.new_submatrix(src.value, 0, -1, node.dim_offset, node.dim)
+                if deriv_needed[step]:
+                    info.deriv = computation.new_submatrix(src.deriv, 0, -1,
+                                                           node.dim_offset, node.dim)
+            if node.node_type is NodeType.DESCRIPTOR:
+                self._set_up_descriptor_step(step, deriv_needed[step], table, computation)
+            if computation.submatrices[info.value].num_rows != num_rows:
+                raise PynnetError("step matrix has the wrong number of rows")
+        # steps[s].node_index / .value / .deriv as arrays, for mapping (step, row)
+        # locations to (submatrix, row) ones.
+        self.step_node = step_node
+        self.step_value = np.array([s.value for s in self.steps], dtype=np.int64)
+        self.step_deriv = np.array([s.deriv for s in self.steps], dtype=np.int64)
+
+    def _set_up_descriptor_step(self, step: int, need_deriv: bool, table: CindexTable,
+                                computation: NnetComputation) -> None:
+        info = self.steps[step]
+        nnet = self.nnet
+        desc = nnet.nodes[info.node_index].descriptor
+        num_parts = desc.num_parts()
+        if num_parts == 0:
+            raise PynnetError("descriptor with no parts")
+        out_arr = table.index[info.output_cindex_ids]
+        info.input_locations_list = [
+            compute_input_locations_list(desc.part(p), info.output_indexes, out_arr, self.graph,
+                                         table, self.loc_step, self.loc_row,
+                                         self.use_fast_input_locations)
+            for p in range(num_parts)]
+        if num_parts == 1:
+            info.value_parts = [info.value]
+            if need_deriv:
+                info.deriv_parts = [info.deriv]
+            return
+        offset = 0
+        for p in range(num_parts):
+            dim = desc.part(p).dim(nnet.node_dim)
+            info.value_parts.append(computation.new_submatrix(info.value, 0, -1, offset, dim))
+            if need_deriv:
+                info.deriv_parts.append(computation.new_submatrix(info.deriv, 0, -1, offset, dim))
+            offset += dim
+        if offset != desc.dim(nnet.node_dim):
+            raise PynnetError("descriptor parts do not add up to its dimension")
+
+    # -- matrices and precomputed indexes --------------------------------------------
+    def allocate_matrices(self, whole_submatrices: list[int],
+                          computation: NnetComputation) -> None:
+        """Allocate and zero every matrix except the inputs and the output
+        derivatives (the user supplies those)."""
+        if computation.commands:
+            raise PynnetError("allocate_matrices must come first")
+        supplied: set[int] = set()
+        for info in self.steps:
+            if len(info.output_cindex_ids) == 0:
+                continue
+            if self.graph.is_input[int(info.output_cindex_ids[0])]:
+                supplied.add(computation.submatrices[info.value].matrix_index)
+            if self.nnet.is_output_node(info.node_index) and info.deriv != 0:
+                supplied.add(computation.submatrices[info.deriv].matrix_index)
+        for m in range(1, len(computation.matrices)):
+            if m not in supplied:
+                s = whole_submatrices[m]
+                computation.commands.append(Command(T.ALLOC_MATRIX, 1.0, s))
+                # Kaldi zeroes every matrix here; the optimizer removes what is redundant.
+                computation.commands.append(Command(T.SET_CONST, 0.0, s))
+
+    def set_up_precomputed_indexes(self, step_to_segment: list[int],
+                                   computation: NnetComputation) -> None:
+        """Ask each component step's component for its precomputed indexes."""
+        nnet = self.nnet
+        computation.component_precomputed_indexes = [PrecomputedIndexesInfo()]
+        for step, info in enumerate(self.steps):
+            node = nnet.nodes[info.node_index]
+            if node.node_type is not NodeType.COMPONENT:
+                continue
+            input_info = self.steps[step - 1]
+            if input_info.node_index != info.node_index - 1:
+                raise PynnetError("component step not preceded by its input step")
+            component = nnet.components[node.component_index]
+            request = self.requests[step_to_segment[step]]
+            data = component.precompute_indexes(request.misc_info, input_info.output_indexes,
+                                                info.output_indexes, request.need_derivatives())
+            if data is None:
+                info.precomputed_indexes_index = 0
+                continue
+            info.precomputed_indexes_index = len(computation.component_precomputed_indexes)
+            # Kaldi keeps the indexes only when a shortcut expansion may need
+            # them; we always keep them, so that the data can be recomputed
+            # when a computation is read back from the cache.
+            computation.component_precomputed_indexes.append(PrecomputedIndexesInfo(
+                data, list(input_info.output_indexes), list(info.output_indexes)))
+
+    def deallocate_matrices(self, whole_submatrices: list[int], step_to_segment: list[int],
+                            computation: NnetComputation) -> None:
+        """Free every matrix except outputs and requested input derivatives."""
+        nnet = self.nnet
+        will_destroy = [True] * len(computation.matrices)
+        for step, info in enumerate(self.steps):
+            request = self.requests[step_to_segment[step]]
+            if nnet.is_output_node(info.node_index):
+                will_destroy[computation.submatrices[info.value].matrix_index] = False
+            elif nnet.is_input_node(info.node_index):
+                name = nnet.node_names[info.node_index]
+                matches = [io for io in request.inputs if io.name == name]
+                if not matches:
+                    raise PynnetError(f"input step for {name} not in the request")
+                if matches[0].has_deriv:
+                    will_destroy[computation.submatrices[info.deriv].matrix_index] = False
+        for m in range(1, len(computation.matrices)):
+            if will_destroy[m]:
+                computation.commands.append(Command(T.DEALLOC_MATRIX, 1.0, whole_submatrices[m]))
+
+    # -- forward ---------------------------------------------------------------------
+    def is_input_step(self, step: int) -> bool:
+        if step >= len(self.steps):
+            return False
+        return self.nnet.nodes[self.steps[step].node_index].node_type is NodeType.INPUT
+
+    def compile_forward(self, step: int, computation: NnetComputation) -> None:
+        kind = self.nnet.nodes[self.steps[step].node_index].node_type
+        if kind is NodeType.INPUT:
+            self.add_forward_step_input(step, computation)
+            if not self.is_input_step(step + 1):
+                # keeps the forward part of the computation non-empty
+                computation.commands.append(Command(T.NO_OPERATION_PERMANENT))
+        elif kind is NodeType.COMPONENT:
+            self.add_forward_step_component(step, computation)
+        elif kind is NodeType.DESCRIPTOR:
+            self.compile_forward_descriptor(step, computation)
+        # dim-range steps are submatrices: nothing to do
+
+    def add_forward_step_input(self, step: int, computation: NnetComputation) -> None:
+        info = self.steps[step]
+        if not computation.is_whole_matrix(info.value):
+            raise PynnetError("input step value is not a whole matrix")
+        kind = self.nnet.nodes[info.node_index].node_type
+        if kind not in (NodeType.INPUT, NodeType.COMPONENT):
+            raise PynnetError("input step of a node that is neither input nor component")
+        computation.commands.append(Command(T.ACCEPT_INPUT, 1.0, info.value, info.node_index))
+
+    def add_forward_step_component(self, step: int, computation: NnetComputation) -> None:
+        info = self.steps[step]
+        input_info = self.steps[step - 1]
+        node = self.nnet.nodes[info.node_index]
+        component = self.nnet.components[node.component_index]
+        props = component.properties()
+        # The step index serves as the memo index (renumbered by the optimizer).
+        memo_index = step if (info.deriv > 0 and props & Prop.USES_MEMO) else 0
+        store_stats = 1 if (self.requests[0].store_component_stats
+                            and props & Prop.STORES_STATS) else 0
+        computation.commands.append(Command(
+            T.PROPAGATE, 1.0, node.component_index, info.precomputed_indexes_index,
+            input_info.value, info.value, memo_index, store_stats))
+
+    def compile_forward_descriptor(self, step: int, computation: NnetComputation) -> None:
+        info = self.steps[step]
+        for part in range(len(info.value_parts)):
+            self.compile_forward_sum_descriptor(step, part, computation)
+        if self.nnet.is_output_node(info.node_index):
+            if not computation.is_whole_matrix(info.value):
+                raise PynnetError("output step value is not a whole matrix")
+            computation.commands.append(Command(T.PROVIDE_OUTPUT, 1.0, info.value,
+                                                info.node_index))
+
+    def compile_forward_sum_descriptor(self, step: int, part_index: int,
+                                       computation: NnetComputation) -> None:
+        info = self.steps[step]
+        value_sub = info.value_parts[part_index]
+        part = self.nnet.nodes[info.node_index].descriptor.part(part_index)
+        offset_term = part.get_scale_for_node(-1)
+        if offset_term != 0.0:
+            # a Const() term; zero needs nothing (the matrix was zeroed)
+            computation.commands.append(Command(T.SET_CONST, float(np.float32(offset_term)),
+                                                value_sub))
+        locations = info.input_locations_list[part_index]
+        shared_alpha, split = split_by_scale(part, locations, self.step_node)
+        if shared_alpha - shared_alpha == 0.0:
+            split = [(shared_alpha, locations)]
+        for alpha, locs in split:
+            compile_forward_from_submat_locations_list(computation, value_sub, alpha,
+                                                       locs.map_first(self.step_value))
+
+    # -- backward --------------------------------------------------------------------
+    def compile_backward(self, step: int, computation: NnetComputation) -> None:
+        kind = self.nnet.nodes[self.steps[step].node_index].node_type
+        if kind is NodeType.INPUT:
+            self.add_backward_step_input(step, computation)
+            if not self.is_input_step(step + 1):
+                computation.commands.append(Command(T.NO_OPERATION_PERMANENT))
+        elif kind is NodeType.COMPONENT:
+            self.add_backward_step_component(step, computation)
+        elif kind is NodeType.DESCRIPTOR:
+            self.compile_backward_descriptor(step, computation)
+
+    def add_backward_step_input(self, step: int, computation: NnetComputation) -> None:
+        info = self.steps[step]
+        if info.deriv == 0:
+            return
+        if not computation.is_whole_matrix(info.deriv):
+            raise PynnetError("input derivative is not a whole matrix")
+        computation.commands.append(Command(T.PROVIDE_OUTPUT, 1.0, info.deriv, info.node_index))
+
+    def add_backward_step_component(self, step: int, computation: NnetComputation) -> None:
+        info = self.steps[step]
+        input_info = self.steps[step - 1]
+        node = self.nnet.nodes[info.node_index]
+        component = self.nnet.components[node.component_index]
+        props = component.properties()
+        if not (info.deriv > 0 and (input_info.deriv > 0 or props & Prop.UPDATABLE)):
+            raise PynnetError("backprop of a component with nothing to compute")
+        in_value = input_info.value if props & Prop.BACKPROP_NEEDS_INPUT else 0
+        out_value = info.value if props & Prop.BACKPROP_NEEDS_OUTPUT else 0
+        memo_index = step if props & Prop.USES_MEMO else 0
+        # Always kBackprop; the optimizer turns it into kBackpropNoModelUpdate
+        # where the model is not being updated.
+        computation.commands.append(Command(
+            T.BACKPROP, 1.0, node.component_index, info.precomputed_indexes_index,
+            in_value, out_value, info.deriv, input_info.deriv, memo_index))
+
+    def compile_backward_descriptor(self, step: int, computation: NnetComputation) -> None:
+        info = self.steps[step]
+        if self.nnet.is_output_node(info.node_index) and info.deriv > 0:
+            if not computation.is_whole_matrix(info.deriv):
+                raise PynnetError("output derivative is not a whole matrix")
+            computation.commands.append(Command(T.ACCEPT_INPUT, 1.0, info.deriv, info.node_index))
+        for part in range(len(info.value_parts)):
+            self.compile_backward_sum_descriptor(step, part, computation)
+
+    def compile_backward_sum_descriptor(self, step: int, part_index: int,
+                                        computation: NnetComputation) -> None:
+        info = self.steps[step]
+        deriv_sub = info.deriv_parts[part_index]
+        if deriv_sub <= 0:
+            raise PynnetError("backward descriptor step without a derivative")
+        part = self.nnet.nodes[info.node_index].descriptor.part(part_index)
+        # A Const() term has no derivative to pass back.
+        locations = info.input_locations_list[part_index]
+        shared_alpha, split = split_by_scale(part, locations, self.step_node)
+        if shared_alpha - shared_alpha == 0.0:
+            split = [(shared_alpha, locations)]
+        for alpha, locs in split:
+            # Inputs whose derivative is not needed are left out.
+            mapped = locs.map_first(self.step_deriv)
+            mapped = mapped.select(mapped.pairs[:, 0] > 0) if mapped.pairs.shape[0] else mapped
+            compile_backward_from_submat_locations_list(computation, deriv_sub, alpha, mapped)
+
+    # -- debug info --------------------------------------------------------------------
+    def output_debug_info(self, computation: NnetComputation) -> None:
+        """Which cindexes each matrix holds (for printing and checks)."""
+        computation.matrix_debug_info = [MatrixDebugInfo() for _ in computation.matrices]
+        cindexes = self.graph.cindexes
+        for info in self.steps:
+            if info.value == 0 or not computation.is_whole_matrix(info.value):
+                continue
+            value_matrix = computation.submatrices[info.value].matrix_index
+            deriv_matrix = 0
+            if info.deriv != 0 and computation.is_whole_matrix(info.deriv):
+                deriv_matrix = computation.submatrices[info.deriv].matrix_index
+            dbg = computation.matrix_debug_info[value_matrix]
+            dbg.is_deriv = False
+            if dbg.cindexes:
+                continue  # a dim-range alias covering the whole matrix
+            # The graph's own (node, Index) tuples: making millions of new
+            # tuples here would set off Python's full garbage collections.
+            dbg.cindexes = [cindexes[c] for c in info.output_cindex_ids.tolist()]
+            if deriv_matrix != 0:
+                ddbg = computation.matrix_debug_info[deriv_matrix]
+                ddbg.is_deriv = True
+                ddbg.cindexes = list(dbg.cindexes)
+
+
+def consolidate_io_operations(computation: NnetComputation) -> None:
+    """Kaldi's ConsolidateIoOperations: within each marker-separated segment
+    put the kAcceptInput commands first and the kProvideOutput commands last,
+    keeping the order of everything else."""
+    commands = computation.commands
+    out: list[Command] = []
+    start = 0
+    for end in [i for i, c in enumerate(commands) if c.command_type is T.NO_OPERATION_MARKER] \
+            + [len(commands)]:
+        segment = commands[start:end]
+        out.extend(c for c in segment if c.command_type is T.ACCEPT_INPUT)
+        out.extend(c for c in segment
+                   if c.command_type not in (T.ACCEPT_INPUT, T.PROVIDE_OUTPUT))
+        out.extend(c for c in segment if c.command_type is T.PROVIDE_OUTPUT)
+        if end < len(commands):
+            out.append(Command(T.NO_OPERATION_MARKER))
+        start = end + 1
+    computation.commands = out
+
+
+def compile_computation(request: ComputationRequest | Sequence[ComputationRequest], nnet: "Nnet",
+                        options: CompilerOptions | None = None) -> NnetComputation:
+    """Convenience: ``Compiler(request, nnet).create_computation(options)``."""
+    return Compiler(request, nnet).create_computation(options)
