@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..compile.computation import CommandType, NnetComputation
+from ..compile.computation import CommandType, CompressedMatrixType, NnetComputation
 from ..errors import ComputationCheckError
 from .analyze import AccessType, Analyzer, CommandAttributes, MatrixAccesses
 
@@ -159,7 +159,8 @@ def get_max_memory_use(computation: NnetComputation) -> int:
         elif t is T.DEALLOC_MATRIX:
             cur -= num_bytes
         elif t is T.COMPRESS_MATRIX:
-            per_element = 1 if command.arg2 in (0, 1) else 2   # int8/uint8 vs int16/uint16
+            one_byte = (CompressedMatrixType.INT8, CompressedMatrixType.UINT8)
+            per_element = 1 if command.arg2 in one_byte else 2
             compressed_bytes[command.arg1] = per_element * s.num_rows * s.num_cols
             cur += compressed_bytes[command.arg1] - num_bytes
         else:
