@@ -64,3 +64,9 @@ class ComputationCheckError(PynnetError):
             if command_text:
                 text += f"\n  {command_text.rstrip()}"
         super().__init__(text)
+
+
+class NumericalError(PynnetError, ArithmeticError):
+    """A numerical procedure broke down during training (e.g. the
+    natural-gradient Fisher estimate or the orthonormal constraint diverged);
+    Kaldi stops with KALDI_ERR / KALDI_ASSERT in these places."""

@@ -6,11 +6,10 @@ Types here: ``AffineComponent``, ``NaturalGradientAffineComponent``,
 ``TdnnComponent`` live in :mod:`.affine2` (imported at the bottom, so that
 importing this module registers every affine-family type).
 
-Also here: :class:`OnlineNaturalGradient`, the holder of the natural-gradient
-preconditioner's configuration and state.  The components only store its
-options in model files (rank, update period, history, alpha); the state
-(``W_t``, ``rho_t``, ``d_t``, ``t``) is never written, so it restarts from
-scratch whenever a model is read, exactly as in Kaldi.
+The natural-gradient preconditioner (:class:`OnlineNaturalGradient`, in
+:mod:`.natural_gradient`, re-exported here) is configured from the model file
+options (rank, update period, history, alpha); its state is never written, so
+it restarts from scratch whenever a model is read, exactly as in Kaldi.
 
 Parameter layout follows Kaldi: ``linear_params`` is (output-dim x input-dim)
 and the forward pass is ``out = in @ linear_params.T + bias_params`` with one
@@ -27,6 +26,7 @@ from ...kaldi_io import KaldiReader, KaldiWriter
 from ..config_line import ConfigLine
 from .base import (Component, Prop, UpdatableComponent, fmt_g, print_parameter_stats,
                    randn, register)
+from .natural_gradient import OnlineNaturalGradient, precondition_in_out  # noqa: F401
 
 
 def verbose_level() -> int:
@@ -39,109 +39,6 @@ def verbose_level() -> int:
 def f32(x: float) -> float:
     """Round a Python float to float32 (Kaldi keeps these options as BaseFloat)."""
     return float(np.float32(x))
-
-
-# ---------------------------------------------------------------------------
-# Natural-gradient preconditioner: configuration + state holder.
-
-
-class OnlineNaturalGradient:
-    """Kaldi's OnlineNaturalGradient (natural-gradient-online.h).
-
-    Holds the options (``rank``, ``update_period``, ``num_samples_history``,
-    ``num_minibatches_history``, ``alpha``, ``epsilon``, ``delta``,
-    ``frozen``) with Kaldi's defaults, and the preconditioner state that the
-    training stage will maintain (``t``, ``W_t``, ``rho_t``, ``d_t``; empty
-    until the first minibatch).  Setters validate like Kaldi's asserts and
-    raise ``ValueError``.
-    """
-
-    def __init__(self) -> None:
-        self.rank = 40
-        self.update_period = 1
-        self.num_samples_history = 2000.0
-        self.num_minibatches_history = 0.0
-        self.alpha = 4.0
-        self.epsilon = 1.0e-10
-        self.delta = 5.0e-04
-        self.frozen = False
-        self.self_debug = False
-        # Preconditioner state; it is re-created on the first call after a
-        # model was read (models never store it).
-        self.t = 0
-        self.W_t: np.ndarray | None = None
-        self.rho_t = -1.0e+10
-        self.d_t: np.ndarray | None = None
-
-    # -- options (Kaldi's Set*/Get*) ----------------------------------------
-    def set_rank(self, rank: int) -> None:
-        if rank <= 0:
-            raise ValueError(f"natural-gradient rank must be > 0, got {rank}")
-        self.rank = int(rank)
-
-    def set_update_period(self, update_period: int) -> None:
-        if update_period <= 0:
-            raise ValueError(f"natural-gradient update-period must be > 0, got {update_period}")
-        self.update_period = int(update_period)
-
-    def set_num_samples_history(self, num_samples_history: float) -> None:
-        if not (0.0 < num_samples_history < 1.0e+6):
-            raise ValueError("natural-gradient num-samples-history must be in (0, 1e6), "
-                             f"got {num_samples_history}")
-        self.num_samples_history = f32(num_samples_history)
-
-    def set_num_minibatches_history(self, num_minibatches_history: float) -> None:
-        if not num_minibatches_history > 1.0:
-            raise ValueError("natural-gradient num-minibatches-history must be > 1, "
-                             f"got {num_minibatches_history}")
-        self.num_minibatches_history = f32(num_minibatches_history)
-
-    def set_alpha(self, alpha: float) -> None:
-        if not alpha >= 0.0:
-            raise ValueError(f"natural-gradient alpha must be >= 0, got {alpha}")
-        self.alpha = f32(alpha)
-
-    def freeze(self, frozen: bool) -> None:
-        self.frozen = bool(frozen)
-
-    def turn_on_debug(self) -> None:
-        self.self_debug = True
-
-    def configure(self, rank: int | None = None, update_period: int | None = None,
-                  num_samples_history: float | None = None,
-                  alpha: float | None = None) -> None:
-        """Set several options at once (None leaves an option unchanged)."""
-        if rank is not None:
-            self.set_rank(rank)
-        if update_period is not None:
-            self.set_update_period(update_period)
-        if num_samples_history is not None:
-            self.set_num_samples_history(num_samples_history)
-        if alpha is not None:
-            self.set_alpha(alpha)
-
-    def copy(self) -> "OnlineNaturalGradient":
-        other = OnlineNaturalGradient()
-        other.__dict__.update(self.__dict__)
-        other.W_t = None if self.W_t is None else self.W_t.copy()
-        other.d_t = None if self.d_t is None else self.d_t.copy()
-        return other
-
-    def swap(self, other: "OnlineNaturalGradient") -> None:
-        self.__dict__, other.__dict__ = other.__dict__, self.__dict__
-
-    def options_str(self) -> str:
-        return (f"rank={self.rank}, update-period={self.update_period}, "
-                f"num-samples-history={fmt_g(self.num_samples_history)}, "
-                f"alpha={fmt_g(self.alpha)}")
-
-    # -- the preconditioning itself (training stage) ------------------------
-    def precondition_directions(self, X: np.ndarray) -> float:
-        """Precondition the rows of ``X`` in place and return the scale."""
-        raise NotImplementedError("OnlineNaturalGradient.precondition_directions")
-
-    def __repr__(self) -> str:
-        return f"OnlineNaturalGradient({self.options_str()})"
 
 
 def _set_preconditioner(comp: Component, cfl: ConfigLine | None, r: KaldiReader | None,
@@ -440,6 +337,29 @@ class AffineComponent(AffineParamsMixin, UpdatableComponent):
         out_value += in_value @ self.linear_params.T
         return None
 
+    def backprop(self, debug_info: str, indexes: Any, in_value: np.ndarray | None,
+                 out_value: np.ndarray | None, out_deriv: np.ndarray, memo: Any,
+                 to_update: Component | None, in_deriv: np.ndarray | None) -> None:
+        # BACKPROP_ADDS: in_deriv is added to.  The input derivative comes
+        # first so that it uses the parameters before any update of self.
+        if in_deriv is not None:
+            in_deriv += out_deriv @ self.linear_params
+        if isinstance(to_update, AffineComponent):
+            if to_update.is_gradient:
+                to_update.update_simple(in_value, out_deriv)
+            else:
+                to_update.update(debug_info, in_value, out_deriv)
+
+    def update_simple(self, in_value: np.ndarray, out_deriv: np.ndarray) -> None:
+        """Plain SGD step (or gradient accumulation when is_gradient)."""
+        lr = np.float32(self.learning_rate)
+        self.bias_params += lr * out_deriv.sum(axis=0, dtype=np.float32)
+        self.linear_params += lr * (out_deriv.T @ in_value)
+
+    def update(self, debug_info: str, in_value: np.ndarray, out_deriv: np.ndarray) -> None:
+        """The training update; subclasses precondition (natural gradient)."""
+        self.update_simple(in_value, out_deriv)
+
 
 @register
 class NaturalGradientAffineComponent(AffineComponent):
@@ -548,6 +468,15 @@ class NaturalGradientAffineComponent(AffineComponent):
 
     def consolidate_memory(self) -> None:
         """Nothing to do in NumPy (Kaldi re-allocates the preconditioner memory)."""
+
+    def update(self, debug_info: str, in_value: np.ndarray, out_deriv: np.ndarray) -> None:
+        # The bias is the weight of an extra input column of ones, so it is
+        # preconditioned together with the linear part.
+        lrate, in_temp, out_temp = precondition_in_out(
+            self.preconditioner_in, self.preconditioner_out, in_value, out_deriv,
+            self.learning_rate, append_ones=True)
+        self.bias_params += lrate * (out_temp.T @ in_temp[:, -1])
+        self.linear_params += lrate * (out_temp.T @ in_temp[:, :-1])
 
 
 # ---------------------------------------------------------------------------
@@ -725,6 +654,23 @@ class LinearComponent(UpdatableComponent):
         out_value += in_value @ self.params.T
         return None
 
+    def backprop(self, debug_info: str, indexes: Any, in_value: np.ndarray | None,
+                 out_value: np.ndarray | None, out_deriv: np.ndarray, memo: Any,
+                 to_update: Component | None, in_deriv: np.ndarray | None) -> None:
+        if in_deriv is not None:
+            in_deriv += out_deriv @ self.params
+        if not isinstance(to_update, LinearComponent):
+            return
+        if to_update.is_gradient:
+            to_update.params += np.float32(to_update.learning_rate) * (out_deriv.T @ in_value)
+            return
+        # Kaldi preconditions here whatever use-natural-gradient says (the
+        # flag is only stored and printed); kept for identical training.
+        lrate, in_temp, out_temp = precondition_in_out(
+            to_update.preconditioner_in, to_update.preconditioner_out, in_value, out_deriv,
+            to_update.learning_rate, append_ones=False)
+        to_update.params += lrate * (out_temp.T @ in_temp)
+
 
 # ---------------------------------------------------------------------------
 # FixedAffineComponent
@@ -809,6 +755,13 @@ class FixedAffineComponent(Component):
         out_value[...] = self.bias_params
         out_value += in_value @ self.linear_params.T
         return None
+
+    def backprop(self, debug_info: str, indexes: Any, in_value: np.ndarray | None,
+                 out_value: np.ndarray | None, out_deriv: np.ndarray, memo: Any,
+                 to_update: Component | None, in_deriv: np.ndarray | None) -> None:
+        # Not trainable: only the (added) input derivative.
+        if in_deriv is not None:
+            in_deriv += out_deriv @ self.linear_params
 
 
 # The rest of the family (kept in a second module to keep files small).

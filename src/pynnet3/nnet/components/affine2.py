@@ -31,7 +31,9 @@ from ..index import K_NO_TIME, Index
 from .affine import (AffineParamsMixin, OnlineNaturalGradient, _random_bias, _random_params,
                      _read_end_of_common, _rows_of, _set_preconditioner, f32, peek_char,
                      verbose_level)
-from .base import Prop, UpdatableComponent, fmt_g, print_parameter_stats, register
+from .base import (Prop, UpdatableComponent, fmt_g, print_parameter_stats, register,
+                   reshape_rows)
+from .natural_gradient import precondition_in_out
 
 _INT_RE = re.compile(r"^\s*[+-]?\d+\s*$")
 
@@ -144,6 +146,26 @@ class BlockAffineComponent(AffineParamsMixin, UpdatableComponent):
         out_value += y.transpose(1, 0, 2).reshape(rows, nb * rows_out)
         return None
 
+    def backprop(self, debug_info: str, indexes: Any, in_value: np.ndarray | None,
+                 out_value: np.ndarray | None, out_deriv: np.ndarray, memo: Any,
+                 to_update: Any, in_deriv: np.ndarray | None) -> None:
+        # Block b: out cols [b*R, (b+1)*R) <- in cols [b*C, (b+1)*C).
+        nb = self.num_blocks
+        rows = out_deriv.shape[0]
+        cols_in = self.linear_params.shape[1]
+        rows_out = self.linear_params.shape[0] // nb
+        od = out_deriv.reshape(rows, nb, rows_out).transpose(1, 0, 2)          # (nb, N, R)
+        if in_deriv is not None:
+            w = self.linear_params.reshape(nb, rows_out, cols_in)              # (nb, R, C)
+            in_deriv += np.matmul(od, w).transpose(1, 0, 2).reshape(rows, nb * cols_in)
+        if isinstance(to_update, BlockAffineComponent):
+            # No natural gradient for this type, even when not is_gradient.
+            lr = np.float32(to_update.learning_rate)
+            x = in_value.reshape(rows, nb, cols_in).transpose(1, 0, 2)         # (nb, N, C)
+            grad = np.matmul(od.transpose(0, 2, 1), x)                          # (nb, R, C)
+            to_update.linear_params += lr * grad.reshape(nb * rows_out, cols_in)
+            to_update.bias_params += lr * out_deriv.sum(axis=0, dtype=np.float32)
+
 
 # ---------------------------------------------------------------------------
 # RepeatedAffineComponent and its natural-gradient version
@@ -246,6 +268,28 @@ class RepeatedAffineComponent(AffineParamsMixin, UpdatableComponent):
         out_value[...] = y.reshape(rows, self.output_dim())
         return None
 
+    def _reshaped(self, mat: np.ndarray, block_dim: int) -> np.ndarray:
+        """Each row's num_repeats chunks as separate rows."""
+        return np.ascontiguousarray(mat).reshape(mat.shape[0] * self.num_repeats, block_dim)
+
+    def backprop(self, debug_info: str, indexes: Any, in_value: np.ndarray | None,
+                 out_value: np.ndarray | None, out_deriv: np.ndarray, memo: Any,
+                 to_update: Any, in_deriv: np.ndarray | None) -> None:
+        block_in = self.linear_params.shape[1]
+        block_out = self.linear_params.shape[0]
+        od = self._reshaped(out_deriv, block_out)
+        if in_deriv is not None:
+            # INPUT_CONTIGUOUS: in_deriv is a contiguous matrix, reshape is a view.
+            reshape_rows(in_deriv, block_in)[...] += od @ self.linear_params
+        if isinstance(to_update, RepeatedAffineComponent):
+            to_update.update(self._reshaped(in_value, block_in), od)
+
+    def update(self, in_reshaped: np.ndarray, out_deriv_reshaped: np.ndarray) -> None:
+        """SGD step from the reshaped (one chunk per row) input and derivative."""
+        lr = np.float32(self.learning_rate)
+        self.linear_params += lr * (out_deriv_reshaped.T @ in_reshaped)
+        self.bias_params += lr * out_deriv_reshaped.sum(axis=0, dtype=np.float32)
+
 
 @register
 class NaturalGradientRepeatedAffineComponent(RepeatedAffineComponent):
@@ -270,6 +314,21 @@ class NaturalGradientRepeatedAffineComponent(RepeatedAffineComponent):
 
     def consolidate_memory(self) -> None:
         """Nothing to do in NumPy."""
+
+    def update(self, in_reshaped: np.ndarray, out_deriv_reshaped: np.ndarray) -> None:
+        # Only the output side is preconditioned here: rows of the gradient
+        # [W | b] (block-output x block-input + 1).  Used even when is_gradient
+        # (Kaldi then skips only the preconditioning).
+        block_in = self.linear_params.shape[1]
+        deriv = np.empty((self.linear_params.shape[0], block_in + 1), dtype=np.float32)
+        deriv[:, :block_in] = out_deriv_reshaped.T @ in_reshaped
+        deriv[:, block_in] = out_deriv_reshaped.sum(axis=0, dtype=np.float32)
+        scale = 1.0
+        if not self.is_gradient:
+            scale = self.preconditioner_in.precondition_directions(deriv)
+        lr = np.float32(np.float32(self.learning_rate) * np.float32(scale))
+        self.linear_params += lr * deriv[:, :block_in]
+        self.bias_params += lr * deriv[:, block_in]
 
 
 # Kaldi inherits RepeatedAffineComponent::Add, which accepts either type.
@@ -677,3 +736,55 @@ class TdnnComponent(AffineParamsMixin, UpdatableComponent):
             part = _input_part(in_value, num_rows, indexes.row_stride, row_offset)
             out_value += part @ self.linear_params[:, i * d:(i + 1) * d].T
         return None
+
+    def backprop(self, debug_info: str, indexes: TdnnPrecomputedIndexes,
+                 in_value: np.ndarray | None, out_value: np.ndarray | None,
+                 out_deriv: np.ndarray, memo: Any, to_update: Any,
+                 in_deriv: np.ndarray | None) -> None:
+        if (not isinstance(indexes, TdnnPrecomputedIndexes)
+                or len(indexes.row_offsets) != len(self.time_offsets)):
+            raise TypeError("TdnnComponent.backprop needs matching TdnnPrecomputedIndexes")
+        num_rows = out_deriv.shape[0]
+        d = self.input_dim()
+        if in_deriv is not None:
+            # BACKPROP_ADDS; the strided parts of different offsets overlap,
+            # so they are added one offset at a time.
+            for i, row_offset in enumerate(indexes.row_offsets):
+                part = _input_part(in_deriv, num_rows, indexes.row_stride, row_offset)
+                part += out_deriv @ self.linear_params[:, i * d:(i + 1) * d]
+        if to_update is None:
+            return
+        if not isinstance(to_update, TdnnComponent):
+            raise TypeError(f"TdnnComponent.backprop: to_update is {to_update.type_name}")
+        if to_update.learning_rate == 0.0:
+            return
+        if to_update.is_gradient or not to_update.use_natural_gradient:
+            to_update._update_simple(indexes, in_value, out_deriv)
+        else:
+            to_update._update_natural_gradient(indexes, in_value, out_deriv)
+
+    def _spliced_input(self, indexes: TdnnPrecomputedIndexes, in_value: np.ndarray,
+                       num_rows: int) -> np.ndarray:
+        """The input spliced at every time offset (num_rows x d * offsets)."""
+        return np.concatenate([_input_part(in_value, num_rows, indexes.row_stride, off)
+                               for off in indexes.row_offsets], axis=1)
+
+    def _update_simple(self, indexes: TdnnPrecomputedIndexes, in_value: np.ndarray,
+                       out_deriv: np.ndarray) -> None:
+        lr = np.float32(self.learning_rate)
+        if self.bias_params.shape[0] != 0:
+            self.bias_params += lr * out_deriv.sum(axis=0, dtype=np.float32)
+        spliced = self._spliced_input(indexes, in_value, out_deriv.shape[0])
+        self.linear_params += lr * (out_deriv.T @ spliced)
+
+    def _update_natural_gradient(self, indexes: TdnnPrecomputedIndexes, in_value: np.ndarray,
+                                 out_deriv: np.ndarray) -> None:
+        has_bias = self.bias_params.shape[0] != 0
+        spliced = self._spliced_input(indexes, in_value, out_deriv.shape[0])
+        lrate, in_temp, out_temp = precondition_in_out(
+            self.preconditioner_in, self.preconditioner_out, spliced, out_deriv,
+            self.learning_rate, append_ones=has_bias)
+        cols = spliced.shape[1]
+        if has_bias:
+            self.bias_params += lrate * (out_temp.T @ in_temp[:, cols])
+        self.linear_params += lrate * (out_temp.T @ in_temp[:, :cols])

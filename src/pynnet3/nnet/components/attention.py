@@ -378,3 +378,45 @@ class RestrictedAttentionComponent(Component):
             if self.output_context:
                 out_h[:, vd:] = c
         return RestrictedAttentionMemo(c_all)
+
+    def backprop(self, debug_info: str, indexes: RestrictedAttentionPrecomputedIndexes,
+                 in_value: np.ndarray | None, out_value, out_deriv: np.ndarray,
+                 memo: RestrictedAttentionMemo, to_update, in_deriv: np.ndarray | None) -> None:
+        """Kaldi's AttentionBackward per head (BACKPROP_ADDS): through the
+        weighted sum of values and the context output to the weights c, through
+        the softmax to the scores b, then to the queries (key and context
+        parts), the keys and the values.  Nothing to update."""
+        if in_deriv is None:
+            return
+        if not isinstance(memo, RestrictedAttentionMemo):
+            raise ValueError(f"{self.type_name}.backprop needs the memo from propagate")
+        io = indexes.io
+        kd, vd, cd = self.key_dim, self.value_dim, self.context_dim
+        in_per_head = kd + vd + kd + cd
+        out_per_head = vd + (cd if self.output_context else 0)
+        num_out = out_deriv.shape[0]
+        left_rows = (io.start_t_out - io.start_t_in) // io.t_step_in * io.num_images
+        row_shift = (in_value.shape[0] - num_out) // (cd - 1)
+        key_scale = np.float32(self.key_scale)
+        for h in range(self.num_heads):
+            block = in_value[:, h * in_per_head:(h + 1) * in_per_head]
+            dblock = in_deriv[:, h * in_per_head:(h + 1) * in_per_head]
+            keys, values = block[:, :kd], block[:, kd:kd + vd]
+            queries = block[left_rows:left_rows + num_out, kd + vd:]
+            dqueries = dblock[left_rows:left_rows + num_out, kd + vd:]
+            c = memo.c[:, h * cd:(h + 1) * cd]
+            dout = out_deriv[:, h * out_per_head:(h + 1) * out_per_head]
+            dc = np.empty((num_out, cd), dtype=np.float32)
+            for o in range(cd):
+                rows = slice(o * row_shift, o * row_shift + num_out)
+                dc[:, o] = np.einsum("ij,ij->i", dout[:, :vd], values[rows])
+                dblock[rows, kd:kd + vd] += c[:, o:o + 1] * dout[:, :vd]
+            if self.output_context:
+                dc += dout[:, vd:]
+            # softmax: db = c * (dc - sum(c * dc))
+            db = c * (dc - np.einsum("ij,ij->i", c, dc)[:, None])
+            dqueries[:, kd:] += db
+            for o in range(cd):
+                rows = slice(o * row_shift, o * row_shift + num_out)
+                dqueries[:, :kd] += key_scale * db[:, o:o + 1] * keys[rows]
+                dblock[rows, :kd] += key_scale * db[:, o:o + 1] * queries[:, :kd]

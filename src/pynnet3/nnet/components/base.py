@@ -484,3 +484,16 @@ def rng() -> np.random.Generator:
 def randn(*shape: int) -> np.ndarray:
     """Standard-normal float32 array (Kaldi's SetRandn)."""
     return _RNG.standard_normal(shape).astype(np.float32)
+
+
+def reshape_rows(mat: np.ndarray, cols: int) -> np.ndarray:
+    """A view of ``mat`` with rows of ``cols`` values (Kaldi's reshaped
+    CuSubMatrix of a contiguous matrix).  Raises ValueError where that would
+    need a copy, so that writes through the view are never lost."""
+    view = mat.view()
+    try:
+        view.shape = (-1, cols)
+    except AttributeError:
+        raise ValueError(f"cannot view a {mat.shape} matrix with strides {mat.strides} as "
+                         f"rows of {cols} (not contiguous)") from None
+    return view

@@ -4,8 +4,8 @@
   ``OutputGruNonlinearityComponent`` (Kaldi's nnet-combined-component): the
   element-wise part of an LSTM / GRU cell, with its few diagonal or recurrent
   parameters and value/derivative statistics for self-repair.
-* ``CompositeComponent`` (Kaldi's nnet-simple-component): a chain of simple
-  components run as one, to save memory (``max-rows-process``).
+* ``CompositeComponent`` (Kaldi's nnet-simple-component) is in
+  :mod:`.composite` (re-exported here).
 
 Statistics are kept as sums (float64) in memory but written as averages
 (float32), dividing by the count exactly as Kaldi does so that re-writing a
@@ -20,8 +20,10 @@ import numpy as np
 from ...kaldi_io import KaldiReader, KaldiWriter
 from ..config_line import ConfigLine
 from .attention import read_double_matrix
-from .base import (Component, Prop, UpdatableComponent, fmt_bool, fmt_g, new_component_of_type,
-                   print_parameter_stats, randn, read_component, register, summarize_vector)
+from .base import (Component, Prop, UpdatableComponent, fmt_bool, fmt_g, print_parameter_stats,
+                   randn, register, summarize_vector)
+from .combined_backprop import gru_backprop, lstm_backprop, output_gru_backprop
+from .natural_gradient import OnlineNaturalGradient, cached_preconditioner, precondition_in_out
 
 
 # ---------------------------------------------------------------------------
@@ -87,6 +89,10 @@ class LstmNonlinearityComponent(UpdatableComponent):
         self.self_repair_config = np.zeros(10, dtype=np.float32)
         self.self_repair_total = np.zeros(5, dtype=np.float64)
         self.count = 0.0
+        # Not configurable in Kaldi: the preconditioner only sees the
+        # per-minibatch parameter derivative (3 rows), hence the small values.
+        self.preconditioner = OnlineNaturalGradient(rank=20, update_period=2,
+                                                    num_samples_history=1000.0)
 
     def cell_dim(self) -> int:
         return int(self.params.shape[1])
@@ -223,6 +229,9 @@ class LstmNonlinearityComponent(UpdatableComponent):
         self.self_repair_total += alpha * other.self_repair_total
         self.count += alpha * other.count
 
+    def perturb_params(self, stddev: float) -> None:
+        self.params += np.float32(stddev) * randn(*self.params.shape)
+
     def dot_product(self, other: "LstmNonlinearityComponent") -> float:
         return float(np.vdot(self.params.astype(np.float64), other.params))
 
@@ -254,6 +263,19 @@ class LstmNonlinearityComponent(UpdatableComponent):
         out_value[:, :c] = c_t
         out_value[:, c:2 * c] = o_t * o_scale * kaldi_tanh(c_t)
         return None
+
+    def backprop(self, debug_info: str, indexes, in_value: np.ndarray | None, out_value,
+                 out_deriv: np.ndarray, memo, to_update, in_deriv: np.ndarray | None) -> None:
+        """Kaldi's BackpropLstmNonlinearity (sets in_deriv's first 5 x cell-dim
+        columns; the dropout-mask columns are left as they are, as in Kaldi).
+        Self-repair uses the statistics of ``self``; the statistics and the
+        parameter update go to ``to_update``."""
+        if to_update is not None and not isinstance(to_update, LstmNonlinearityComponent):
+            raise TypeError(f"{self.type_name}.backprop: to_update is {to_update.type_name}")
+        lstm_backprop(self, in_value, out_deriv, to_update, in_deriv)
+
+    def freeze_natural_gradient(self, freeze: bool) -> None:
+        self.preconditioner.freeze(freeze)
 
 
 class _GruStatsMixin:
@@ -447,6 +469,9 @@ class GruNonlinearityComponent(_GruStatsMixin, UpdatableComponent):
         self.w_h += np.float32(alpha) * other.w_h
         self._add_stats(alpha, other)
 
+    def perturb_params(self, stddev: float) -> None:
+        self.w_h += np.float32(stddev) * randn(*self.w_h.shape)
+
     def dot_product(self, other: "GruNonlinearityComponent") -> float:
         return float(np.vdot(self.w_h.astype(np.float64), other.w_h))
 
@@ -467,6 +492,32 @@ class GruNonlinearityComponent(_GruStatsMixin, UpdatableComponent):
         out_value[:, :c] = h_t
         out_value[:, c:] = h_t - z_t * h_t + z_t * c_t1
         return None
+
+    def backprop(self, debug_info: str, indexes, in_value: np.ndarray | None,
+                 out_value: np.ndarray | None, out_deriv: np.ndarray, memo, to_update,
+                 in_deriv: np.ndarray | None) -> None:
+        if to_update is not None and not isinstance(to_update, GruNonlinearityComponent):
+            raise TypeError(f"{self.type_name}.backprop: to_update is {to_update.type_name}")
+        gru_backprop(self, in_value, out_value, out_deriv, to_update, in_deriv)
+
+    def update_parameters(self, sdotr: np.ndarray, h_t_deriv: np.ndarray) -> None:
+        """w_h += lr * h_t_deriv^T (r_t . s_{t-1}), natural gradient unless
+        is_gradient (compare AffineComponent)."""
+        if self.is_gradient:
+            self.w_h += np.float32(self.learning_rate) * (h_t_deriv.T @ sdotr)
+            return
+        pre_in = cached_preconditioner(self, "preconditioner_in", rank=self.rank_in,
+                                       alpha=self.alpha, update_period=self.update_period)
+        pre_out = cached_preconditioner(self, "preconditioner_out", rank=self.rank_out,
+                                        alpha=self.alpha, update_period=self.update_period)
+        lrate, in_temp, out_temp = precondition_in_out(pre_in, pre_out, sdotr, h_t_deriv,
+                                                       self.learning_rate, append_ones=False)
+        self.w_h += lrate * (out_temp.T @ in_temp)
+
+    def freeze_natural_gradient(self, freeze: bool) -> None:
+        for name in ("preconditioner_in", "preconditioner_out"):
+            if name in self.__dict__:
+                self.__dict__[name].freeze(freeze)
 
 
 @register
@@ -566,6 +617,9 @@ class OutputGruNonlinearityComponent(_GruStatsMixin, UpdatableComponent):
         self.w_h += np.float32(alpha) * other.w_h
         self._add_stats(alpha, other)
 
+    def perturb_params(self, stddev: float) -> None:
+        self.w_h += np.float32(stddev) * randn(*self.w_h.shape)
+
     def dot_product(self, other: "OutputGruNonlinearityComponent") -> float:
         return float(np.dot(self.w_h.astype(np.float64), other.w_h))
 
@@ -584,193 +638,30 @@ class OutputGruNonlinearityComponent(_GruStatsMixin, UpdatableComponent):
         out_value[:, c:] = h_t - z_t * h_t + z_t * c_t1
         return None
 
+    def backprop(self, debug_info: str, indexes, in_value: np.ndarray | None,
+                 out_value: np.ndarray | None, out_deriv: np.ndarray, memo, to_update,
+                 in_deriv: np.ndarray | None) -> None:
+        if to_update is not None and not isinstance(to_update, OutputGruNonlinearityComponent):
+            raise TypeError(f"{self.type_name}.backprop: to_update is {to_update.type_name}")
+        output_gru_backprop(self, in_value, out_value, out_deriv, to_update, in_deriv)
 
-# ---------------------------------------------------------------------------
+    def update_parameters(self, c_t1: np.ndarray, h_t_deriv: np.ndarray) -> None:
+        """w_h += lr * column sums of c_{t-1} . h_t_deriv (per-element scale),
+        natural gradient unless is_gradient."""
+        derivs_per_frame = np.asarray(c_t1 * h_t_deriv, dtype=np.float32, order="C")
+        if self.is_gradient:
+            self.w_h += np.float32(self.learning_rate) * derivs_per_frame.sum(axis=0)
+            return
+        pre = cached_preconditioner(self, "preconditioner", rank=self.rank, alpha=self.alpha,
+                                    update_period=self.update_period)
+        scale = pre.precondition_directions(derivs_per_frame)
+        self.w_h += (np.float32(np.float32(scale) * np.float32(self.learning_rate))
+                     * derivs_per_frame.sum(axis=0, dtype=np.float32))
+
+    def freeze_natural_gradient(self, freeze: bool) -> None:
+        if "preconditioner" in self.__dict__:
+            self.__dict__["preconditioner"].freeze(freeze)
 
 
-@register
-class CompositeComponent(UpdatableComponent):
-    """A sequence of simple components applied one after the other."""
-
-    type_name = "CompositeComponent"
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.components: list[Component] = []
-        self.max_rows_process = 0
-
-    def init(self, components: list[Component], max_rows_process: int) -> None:
-        if not components:
-            raise ValueError("CompositeComponent needs at least one component")
-        for i, comp in enumerate(components):
-            if not comp.properties() & Prop.SIMPLE:
-                raise ValueError(f"CompositeComponent: component {i + 1} "
-                                 f"({comp.type_name}) is not a simple component")
-            if i > 0 and comp.input_dim() != components[i - 1].output_dim():
-                raise ValueError(f"CompositeComponent: input-dim {comp.input_dim()} of "
-                                 f"component {i + 1} does not match output-dim "
-                                 f"{components[i - 1].output_dim()} of component {i}")
-        self.components = components
-        self.max_rows_process = max_rows_process
-
-    def _updatable_subs(self) -> list[UpdatableComponent]:
-        return [c for c in self.components if c.properties() & Prop.UPDATABLE]
-
-    def is_updatable(self) -> bool:
-        return bool(self._updatable_subs())
-
-    def input_dim(self) -> int:
-        return self.components[0].input_dim()
-
-    def output_dim(self) -> int:
-        return self.components[-1].output_dim()
-
-    def properties(self) -> int:
-        last = self.components[-1].properties()
-        first = self.components[0].properties()
-        ans = (Prop.SIMPLE | Prop.BACKPROP_NEEDS_INPUT
-               | (last & (Prop.PROPAGATE_ADDS | Prop.BACKPROP_NEEDS_OUTPUT
-                          | Prop.OUTPUT_CONTIGUOUS))
-               | (first & (Prop.BACKPROP_ADDS | Prop.INPUT_CONTIGUOUS))
-               | (Prop.UPDATABLE if self.is_updatable() else 0))
-        # stats of the sub-components are stored during backprop, which then
-        # needs the output of the last one.
-        if last & Prop.STORES_STATS:
-            ans |= Prop.BACKPROP_NEEDS_OUTPUT
-        return int(ans)
-
-    # -- configuration -----------------------------------------------------
-    def init_from_config(self, cfl: ConfigLine) -> None:
-        max_rows_process = cfl.get_int("max-rows-process", 4096)
-        num_components = cfl.get_int("num-components", -1)
-        if num_components < 1:
-            raise self.config_error(cfl, "expected num-components to be defined (>= 1)")
-        components: list[Component] = []
-        for i in range(1, num_components + 1):
-            key = f"component{i}"
-            text = cfl.get_str(key)
-            if text is None:
-                raise self.config_error(cfl, f"expected '{key}' to be defined")
-            try:
-                nested = ConfigLine(text, cfl.source, cfl.line_number)
-            except Exception as e:
-                raise self.config_error(cfl, f"could not parse config line for '{key}': "
-                                             f"{e}") from None
-            comp_type = nested.get_str("type")
-            comp = new_component_of_type(comp_type) if comp_type else None
-            if comp is None or nested.first_token != "":
-                raise self.config_error(cfl, f"could not parse config line for '{key}' "
-                                             "(or undefined or bad component type [type=xxx])")
-            if comp.type_name == "CompositeComponent":
-                raise self.config_error(cfl, "found CompositeComponent nested within "
-                                             f"CompositeComponent (in '{key}')")
-            comp.init_from_config(nested)
-            props = comp.properties()
-            if props & Prop.RANDOM or not props & Prop.SIMPLE:
-                raise self.config_error(cfl, "CompositeComponent contains disallowed component "
-                                             f"type {comp.type_name} (in '{key}')")
-            components.append(comp)
-        try:
-            self.init(components, max_rows_process)
-        except ValueError as e:
-            raise self.config_error(cfl, str(e)) from None
-
-    # -- I/O -------------------------------------------------------------------
-    def read(self, r: KaldiReader) -> None:
-        token = self.read_updatable_common(r, read_next=True)
-        if token != "<MaxRowsProcess>":
-            raise r.error(f"{self.type_name}: expected token <MaxRowsProcess>, got {token[:40]}")
-        max_rows_process = r.read_int32()
-        r.expect_token("<NumComponents>")
-        num_components = r.read_int32()
-        if num_components < 0 or num_components > 100000:
-            raise r.error(f"{self.type_name}: bad num-components {num_components}")
-        components = [read_component(r) for _ in range(num_components)]
-        try:
-            self.init(components, max_rows_process)
-        except ValueError as e:
-            raise r.error(str(e)) from None
-        r.expect_token(self.closing_tag())
-
-    def write(self, w: KaldiWriter) -> None:
-        self.write_updatable_common(w)
-        w.write_token("<MaxRowsProcess>")
-        w.write_int32(self.max_rows_process)
-        w.write_token("<NumComponents>")
-        w.write_int32(len(self.components))
-        for comp in self.components:
-            comp.write(w)
-        w.write_token(self.closing_tag())
-
-    def info(self) -> str:
-        return f"{self.type_name} " + ", ".join(
-            f"sub-component{i + 1} = {{ {c.info()} }}" for i, c in enumerate(self.components))
-
-    # -- parameters and stats ------------------------------------------------
-    def num_parameters(self) -> int:
-        return sum(c.num_parameters() for c in self._updatable_subs())
-
-    def scale(self, alpha: float) -> None:
-        for c in self.components:
-            c.scale(alpha)
-
-    def add(self, alpha: float, other: Component) -> None:
-        assert isinstance(other, CompositeComponent) and len(other.components) == len(
-            self.components), "mismatching nnet topologies"
-        for a, b in zip(self.components, other.components):
-            a.add(alpha, b)
-
-    def zero_stats(self) -> None:
-        for c in self.components:
-            c.zero_stats()
-
-    def set_underlying_learning_rate(self, lrate: float) -> None:
-        super().set_underlying_learning_rate(lrate)
-        # a learning-rate factor at this level applies on top of the subs' own.
-        for c in self._updatable_subs():
-            c.set_underlying_learning_rate(self.learning_rate)
-
-    def set_actual_learning_rate(self, lrate: float) -> None:
-        super().set_actual_learning_rate(lrate)
-        for c in self._updatable_subs():
-            c.set_actual_learning_rate(lrate)
-
-    def set_as_gradient(self) -> None:
-        super().set_as_gradient()
-        for c in self._updatable_subs():
-            c.set_as_gradient()
-
-    def dot_product(self, other: "CompositeComponent") -> float:
-        return float(sum(a.dot_product(b) for a, b in zip(self.components, other.components)
-                         if a.properties() & Prop.UPDATABLE))
-
-    def vectorize(self) -> np.ndarray:
-        parts = [c.vectorize() for c in self._updatable_subs()]
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
-
-    def unvectorize(self, params: np.ndarray) -> None:
-        offset = 0
-        for c in self._updatable_subs():
-            n = c.num_parameters()
-            c.unvectorize(params[offset:offset + n])
-            offset += n
-
-    # -- math -----------------------------------------------------------------
-    def propagate(self, indexes, in_value: np.ndarray, out_value: np.ndarray) -> None:
-        num_rows = in_value.shape[0]
-        step = self.max_rows_process
-        if step > 0 and num_rows > step:
-            # Kaldi processes row blocks separately to bound memory.
-            for start in range(0, num_rows, step):
-                self.propagate(None, in_value[start:start + step], out_value[start:start + step])
-            return None
-        cur = in_value
-        last = len(self.components) - 1
-        for i, comp in enumerate(self.components):
-            if i == last:
-                dest = out_value
-            else:
-                dest = np.zeros((num_rows, comp.output_dim()), dtype=np.float32)
-            comp.propagate(None, cur, dest)
-            cur = dest
-        return None
+# CompositeComponent lives in its own module (registered on import).
+from .composite import CompositeComponent  # noqa: E402,F401

@@ -21,7 +21,9 @@ from ..index import Index
 from .base import (Component, Prop, UpdatableComponent, fmt_g, print_parameter_stats, randn,
                    register)
 from .convolution_model import (ConvolutionComputation, ConvolutionModel,
-                                compile_convolution_computation, convolve_forward)
+                                compile_convolution_computation, convolve_backward_data,
+                                convolve_backward_params, convolve_forward)
+from .natural_gradient import OnlineNaturalGradient, cached_preconditioner
 
 
 def _split_ints(cfl: ConfigLine, comp: Component, text: str, sep: str, what: str) -> list[int]:
@@ -332,6 +334,61 @@ class TimeHeightConvolutionComponent(UpdatableComponent):
         convolve_forward(indexes.computation, in_value, self.linear_params, out_value)
         return None
 
+    def backprop(self, debug_info: str, indexes: TimeHeightConvolutionPrecomputedIndexes,
+                 in_value: np.ndarray | None, out_value, out_deriv: np.ndarray, memo,
+                 to_update, in_deriv: np.ndarray | None) -> None:
+        if not isinstance(indexes, TimeHeightConvolutionPrecomputedIndexes):
+            raise TypeError(f"{self.type_name}.backprop needs its precomputed indexes")
+        cc = indexes.computation
+        if in_deriv is not None:      # BACKPROP_ADDS
+            convolve_backward_data(cc, self.linear_params, out_deriv, in_deriv)
+        if to_update is None:
+            return
+        if not isinstance(to_update, TimeHeightConvolutionComponent):
+            raise TypeError(f"{self.type_name}.backprop: to_update is {to_update.type_name}")
+        if to_update.learning_rate == 0.0:
+            return
+        nfo = self.model.num_filters_out
+        od = np.ascontiguousarray(out_deriv)
+        bias_deriv = od.reshape(-1, nfo).sum(axis=0, dtype=np.float32)
+        lr = np.float32(to_update.learning_rate)
+        if to_update.is_gradient or not to_update.use_natural_gradient:
+            to_update.bias_params += lr * bias_deriv
+            convolve_backward_params(cc, in_value, od, to_update.learning_rate,
+                                     to_update.linear_params)
+            return
+        # Natural gradient on [W | b] (filters-out x params-cols + 1): rows
+        # with the input-side preconditioner, columns with the output side.
+        cols = to_update.linear_params.shape[1]
+        params_deriv = np.zeros((to_update.linear_params.shape[0], cols + 1), dtype=np.float32)
+        params_deriv[:, cols] = bias_deriv
+        convolve_backward_params(cc, in_value, od, 1.0, params_deriv[:, :cols])
+        pre_in, pre_out = to_update.preconditioners()
+        scale1 = pre_in.precondition_directions(params_deriv)
+        deriv_t = np.ascontiguousarray(params_deriv.T)
+        scale2 = pre_out.precondition_directions(deriv_t)
+        local_lr = np.float32(lr * np.float32(scale1) * np.float32(scale2))
+        to_update.linear_params += local_lr * deriv_t[:cols].T
+        to_update.bias_params += local_lr * deriv_t[cols]
+
+    def preconditioners(self) -> tuple[OnlineNaturalGradient, OnlineNaturalGradient]:
+        """(input side, output side), made on first use from the stored options."""
+        pre_in = cached_preconditioner(self, "preconditioner_in", rank=self.rank_in,
+                                       alpha=self.alpha_in,
+                                       num_minibatches_history=self.num_minibatches_history)
+        pre_out = cached_preconditioner(self, "preconditioner_out", rank=self.rank_out,
+                                        alpha=self.alpha_out,
+                                        num_minibatches_history=self.num_minibatches_history)
+        return pre_in, pre_out
+
+    def perturb_params(self, stddev: float) -> None:
+        self.linear_params += np.float32(stddev) * randn(*self.linear_params.shape)
+        self.bias_params += np.float32(stddev) * randn(*self.bias_params.shape)
+
+    def freeze_natural_gradient(self, freeze: bool) -> None:
+        for pre in self.preconditioners():
+            pre.freeze(freeze)
+
 
 # ---------------------------------------------------------------------------
 # The older, simple 2-D convolution and 3-D max-pooling.
@@ -515,6 +572,30 @@ class ConvolutionComponent(UpdatableComponent):
         out_value += result.reshape(in_value.shape[0], nx * ny * num_filters)
         return None
 
+    def backprop(self, debug_info: str, indexes, in_value: np.ndarray | None, out_value,
+                 out_deriv: np.ndarray, memo, to_update, in_deriv: np.ndarray | None) -> None:
+        # One dot product per (patch, filter): the derivative of each patch is
+        # od_patch @ W, scattered back (added) onto the input columns.
+        nx, ny = self._num_steps()
+        num_filters, filter_dim = self.filter_params.shape
+        rows = out_deriv.shape[0]
+        od = out_deriv.reshape(rows, nx * ny, num_filters)
+        if in_deriv is not None:
+            patch_derivs = (od @ self.filter_params).reshape(rows, -1)
+            np.add.at(in_deriv, (slice(None), self.patch_column_map()), patch_derivs)
+        if isinstance(to_update, ConvolutionComponent):
+            # Plain SGD (Kaldi has no natural gradient for this type).
+            patches = in_value[:, self.patch_column_map()].reshape(rows, nx * ny, filter_dim)
+            filters_grad = np.einsum("rpf,rpd->fd", od, patches, dtype=np.float32)
+            bias_grad = od.sum(axis=(0, 1), dtype=np.float32)
+            lr = np.float32(to_update.learning_rate)
+            to_update.filter_params += lr * filters_grad
+            to_update.bias_params += lr * bias_grad
+
+    def perturb_params(self, stddev: float) -> None:
+        self.filter_params += np.float32(stddev) * randn(*self.filter_params.shape)
+        self.bias_params += np.float32(stddev) * randn(*self.bias_params.shape)
+
 
 @register
 class MaxpoolingComponent(Component):
@@ -618,3 +699,18 @@ class MaxpoolingComponent(Component):
         patches = in_value[:, self.patch_column_map()].reshape(-1, pool_size, num_pools)
         out_value[...] = np.maximum(patches.max(axis=1), np.float32(-1e20))
         return None
+
+    def backprop(self, debug_info: str, indexes, in_value: np.ndarray | None,
+                 out_value: np.ndarray | None, out_deriv: np.ndarray, memo, to_update,
+                 in_deriv: np.ndarray | None) -> None:
+        # Every pool member equal to the pool's output (ties included, as in
+        # Kaldi) receives the output derivative; added onto in_deriv.
+        if in_deriv is None:
+            return
+        num_pools = self.output_dim()
+        pool_size = self.pool_x_size * self.pool_y_size * self.pool_z_size
+        cols = self.patch_column_map()
+        patches = in_value[:, cols].reshape(-1, pool_size, num_pools)
+        mask = patches == out_value[:, None, :]
+        patch_derivs = (mask * out_deriv[:, None, :]).reshape(in_value.shape[0], -1)
+        np.add.at(in_deriv, (slice(None), cols), patch_derivs.astype(in_deriv.dtype))

@@ -640,3 +640,70 @@ def convolve_forward(cc: ConvolutionComputation, inp: np.ndarray, params: np.nda
         p = params[:, step.params_start_col:step.params_start_col + param_cols]
         acc += temp @ p.T
     out += acc.reshape(out.shape)
+
+
+def _gather_step_input(cc: ConvolutionComputation, step: ConvolutionStep, part: np.ndarray,
+                       out_rows: int) -> np.ndarray:
+    """The step's column-mapped input, reshaped to (out_rows * height_out) rows
+    of the step's parameter columns (padding columns, -1, are zero)."""
+    cols = step.columns
+    if step.columns_are_contiguous:
+        temp = part[:, step.first_column:step.first_column + cols.shape[0]]
+    else:
+        temp = np.zeros((out_rows, cols.shape[0]), dtype=part.dtype)
+        valid = cols >= 0
+        temp[:, valid] = part[:, cols[valid]]
+    return np.ascontiguousarray(temp).reshape(out_rows * cc.height_out, -1)
+
+
+def _input_view(cc: ConvolutionComputation, mat: np.ndarray) -> np.ndarray:
+    """``mat`` as num_t_in * num_images rows (a view: the original frames of a
+    computation with appended frames are several rows of the padded input)."""
+    required_rows = cc.num_images * cc.num_t_in
+    if mat.shape[0] == required_rows:
+        return mat
+    if mat.size != required_rows * cc.height_in * cc.num_filters_in:
+        raise ValueError("convolution input matrix has the wrong size")
+    view = mat.view()
+    view.shape = (required_rows, mat.size // required_rows)   # raises if not contiguous
+    return view
+
+
+def convolve_backward_data(cc: ConvolutionComputation, params: np.ndarray,
+                           out_deriv: np.ndarray, in_deriv: np.ndarray) -> None:
+    """in_deriv += the derivative of the convolution w.r.t. its input
+    (Kaldi's ConvolveBackwardData)."""
+    in_deriv = _input_view(cc, in_deriv)
+    out_rows = out_deriv.shape[0]
+    od = np.ascontiguousarray(out_deriv).reshape(out_rows * cc.height_out, cc.num_filters_out)
+    for step in cc.steps:
+        row0 = step.input_time_shift * cc.num_images
+        part = in_deriv[row0:row0 + out_rows]
+        cols = step.columns
+        param_cols = cols.shape[0] // cc.height_out
+        p = params[:, step.params_start_col:step.params_start_col + param_cols]
+        temp = (od @ p).reshape(out_rows, cols.shape[0])
+        if step.columns_are_contiguous:
+            part[:, step.first_column:step.first_column + cols.shape[0]] += temp
+        else:
+            # A column may be used more than once (height padding aside):
+            # scatter-add handles the repeats.
+            valid = cols >= 0
+            np.add.at(part, (slice(None), cols[valid]), temp[:, valid])
+
+
+def convolve_backward_params(cc: ConvolutionComputation, inp: np.ndarray,
+                             out_deriv: np.ndarray, alpha: float,
+                             params_deriv: np.ndarray) -> None:
+    """params_deriv += alpha * the derivative of the objective w.r.t. the
+    filter parameters (Kaldi's ConvolveBackwardParams)."""
+    inp = _input_view(cc, np.ascontiguousarray(inp))
+    out_rows = out_deriv.shape[0]
+    od = np.ascontiguousarray(out_deriv).reshape(out_rows * cc.height_out, cc.num_filters_out)
+    a = np.float32(alpha)
+    for step in cc.steps:
+        row0 = step.input_time_shift * cc.num_images
+        temp = _gather_step_input(cc, step, inp[row0:row0 + out_rows], out_rows)
+        param_cols = temp.shape[1]
+        params_deriv[:, step.params_start_col:step.params_start_col + param_cols] += \
+            a * (od.T @ temp)

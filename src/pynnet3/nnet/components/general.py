@@ -4,9 +4,9 @@ reorder_indexes, precompute_indexes).  Kaldi reference:
 nnet-general-component.{h,cc}.
 
 This file: DistributeComponent, StatisticsExtractionComponent,
-StatisticsPoolingComponent, BackpropTruncationComponent and their
-precomputed-index classes.  The rest of the family (ConstantComponent and the
-random components) is in :mod:`general2`.
+StatisticsPoolingComponent and their precomputed-index classes.  The rest of
+the family: ConstantComponent and the random components in :mod:`general2`,
+BackpropTruncationComponent in :mod:`backprop_truncation`.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import numpy as np
 from ...kaldi_io import KaldiReader, KaldiWriter
 from ..config_line import ConfigLine
 from ..index import Index
-from .base import Component, Prop, fmt_g, register
+from .base import Component, Prop, register
 
 _F32 = np.float32
 
@@ -193,6 +193,19 @@ class DistributeComponent(Component):
             out_value[i] = in_value[row, col:col + d]
         return None
 
+    def backprop(self, debug_info: str, indexes: DistributeComponentPrecomputedIndexes,
+                 in_value, out_value, out_deriv: np.ndarray, memo, to_update,
+                 in_deriv: np.ndarray | None) -> None:
+        # Each output row is a copy of one block of one input row: copy back.
+        if in_deriv is None:
+            return
+        num_blocks = self.input_dim_ // self.output_dim_
+        if out_deriv.shape[0] != in_deriv.shape[0] * num_blocks:
+            in_deriv[...] = 0.0         # some input blocks are never used
+        pairs = np.asarray(indexes.pairs, dtype=np.int64).reshape(-1, 2)
+        cols = pairs[:, 1:2] + np.arange(self.output_dim_)
+        in_deriv[pairs[:, 0:1], cols] = out_deriv
+
 
 # ---------------------------------------------------------------------------
 
@@ -365,6 +378,23 @@ class StatisticsExtractionComponent(Component):
             sq = np.square(np.asarray(in_value, dtype=_F32))
             out_value[:, 1 + d:1 + 2 * d] = _row_range_sums(sq, indexes.forward_indexes)
         return None
+
+    def backprop(self, debug_info: str,
+                 indexes: StatisticsExtractionComponentPrecomputedIndexes,
+                 in_value: np.ndarray | None, out_value, out_deriv: np.ndarray, memo,
+                 to_update, in_deriv: np.ndarray | None) -> None:
+        # Sets in_deriv: each input row gets the derivative of the sum (and,
+        # with variance, 2 x times that of the sum of squares) of its output.
+        if in_deriv is None:
+            return
+        d = self.input_dim_
+        back = np.asarray(indexes.backward_indexes, dtype=np.int64)
+        if back.shape[0] != in_deriv.shape[0]:
+            raise ValueError("StatisticsExtractionComponent.backprop: precomputed indexes "
+                             "lack backward indexes (need_backprop was false?)")
+        in_deriv[...] = out_deriv[back, 1:1 + d]
+        if self.include_variance:
+            in_deriv += _F32(2.0) * out_deriv[back, 1 + d:1 + 2 * d] * in_value
 
 
 # ---------------------------------------------------------------------------
@@ -576,203 +606,40 @@ class StatisticsPoolingComponent(Component):
         out_value[...] = out
         return None
 
+    def backprop(self, debug_info: str, indexes: StatisticsPoolingComponentPrecomputedIndexes,
+                 in_value: np.ndarray | None, out_value: np.ndarray | None,
+                 out_deriv: np.ndarray, memo, to_update, in_deriv: np.ndarray | None) -> None:
+        """BACKPROP_ADDS.  As in Kaldi the variance floor is ignored (the
+        derivative is treated as if unfloored) and nothing is propagated to
+        the count column (counts are not differentiable)."""
+        if in_deriv is None:
+            return
+        nl = self.num_log_count_features
+        d = self.input_dim_ - 1
+        od = np.array(out_deriv, dtype=np.float64)
+        if self.output_stddevs:
+            f = d // 2
+            mean = np.asarray(out_value[:, nl:nl + f], dtype=np.float64)
+            stddev = np.asarray(out_value[:, nl + f:nl + 2 * f], dtype=np.float64)
+            # d stddev / d var = 0.5 / stddev; var = E[x^2] - mean^2.
+            od[:, nl + f:nl + 2 * f] *= 0.5 / stddev
+            od[:, nl:nl + f] += -2.0 * mean * od[:, nl + f:nl + 2 * f]
+        if nl > 0:
+            counts = np.exp(np.asarray(out_value[:, 0], dtype=np.float64))
+        else:
+            counts = _row_range_sums(in_value[:, 0:1], indexes.forward_indexes)[:, 0]
+        od /= counts[:, None]
+        if len(indexes.backward_indexes) != in_deriv.shape[0]:
+            raise ValueError("StatisticsPoolingComponent.backprop: precomputed indexes "
+                             "lack backward indexes (need_backprop was false?)")
+        in_deriv[:, 1:] += _row_range_sums(od[:, nl:nl + d],
+                                           indexes.backward_indexes).astype(in_deriv.dtype)
+
 
 # ---------------------------------------------------------------------------
 
 
-@dataclass
-class BackpropTruncationComponentPrecomputedIndexes:
-    """zeroing[i] = -1 where row i's derivative may be zeroed (it crosses a
-    zeroing-interval boundary), else 0; zeroing_sum = number of such rows."""
-
-    zeroing: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=_F32))
-    zeroing_sum: float = 0.0
-    type_name = "BackpropTruncationComponentPrecomputedIndexes"
-
-    def write(self, w: KaldiWriter) -> None:
-        w.write_token(f"<{self.type_name}>")
-        w.write_token("<Zeroing>")
-        w.write_vector(self.zeroing)
-        w.write_token("<ZeroingSum>")
-        w.write_float(self.zeroing_sum)
-        w.write_token(f"</{self.type_name}>")
-
-    def read(self, r: KaldiReader) -> None:
-        r.expect_one_or_two_tokens(f"<{self.type_name}>", "<Zeroing>")
-        self.zeroing = r.read_vector()
-        r.expect_token("<ZeroingSum>")
-        self.zeroing_sum = r.read_float()
-        r.expect_token(f"</{self.type_name}>")
-
-
-@register
-class BackpropTruncationComponent(Component):
-    """Identity (times ``scale``) forward; in backprop it clips derivative
-    rows and zeroes them at periodic boundaries (for recurrent networks)."""
-
-    type_name = "BackpropTruncationComponent"
-
-    def __init__(self) -> None:
-        self.dim = 0
-        self.scale_ = 1.0
-        self.clipping_threshold = -1.0
-        self.zeroing_threshold = -1.0
-        self.zeroing_interval = 0
-        self.recurrence_interval = 0
-        # Statistics (doubles in Kaldi).
-        self.num_clipped = 0.0
-        self.num_zeroed = 0.0
-        self.count = 0.0
-        self.count_zeroing_boundaries = 0.0
-
-    def input_dim(self) -> int:
-        return self.dim
-
-    def output_dim(self) -> int:
-        return self.dim
-
-    def properties(self) -> int:
-        return int(Prop.PROPAGATE_IN_PLACE | Prop.BACKPROP_IN_PLACE)
-
-    def init(self, dim: int, scale: float, clipping_threshold: float, zeroing_threshold: float,
-             zeroing_interval: int, recurrence_interval: int) -> None:
-        if not (clipping_threshold >= 0 and zeroing_threshold >= 0 and scale > 0.0
-                and zeroing_interval > 0 and recurrence_interval > 0 and dim > 0):
-            raise ValueError("BackpropTruncationComponent: invalid parameters")
-        self.dim = dim
-        self.scale_ = _f32(scale)
-        self.clipping_threshold = _f32(clipping_threshold)
-        self.zeroing_threshold = _f32(zeroing_threshold)
-        self.zeroing_interval = zeroing_interval
-        self.recurrence_interval = recurrence_interval
-        self.zero_stats()
-
-    def init_from_config(self, cfl: ConfigLine) -> None:
-        dim = cfl.get_int("dim")
-        scale = cfl.get_float("scale", 1.0)
-        clipping_threshold = cfl.get_float("clipping-threshold", 30.0)
-        zeroing_threshold = cfl.get_float("zeroing-threshold", 15.0)
-        zeroing_interval = cfl.get_int("zeroing-interval", 20)
-        recurrence_interval = cfl.get_int("recurrence-interval", 1)
-        if (dim is None or dim <= 0 or clipping_threshold < 0 or zeroing_threshold < 0
-                or zeroing_interval < 1 or recurrence_interval < 1):
-            raise self.config_error(cfl, "invalid initializer (need dim > 0, thresholds >= 0, "
-                                         "zeroing-interval and recurrence-interval >= 1)")
-        if not scale > 0.0:
-            raise self.config_error(cfl, "scale must be > 0")
-        self.init(dim, scale, clipping_threshold, zeroing_threshold, zeroing_interval,
-                  recurrence_interval)
-
-    def read(self, r: KaldiReader) -> None:
-        self.expect_opening_or(r, "<Dim>")
-        self.dim = r.read_int32()
-        tok = r.read_token()
-        if tok == "<Scale>":
-            self.scale_ = r.read_float()
-            tok = r.read_token()
-        else:
-            self.scale_ = 1.0
-        if tok != "<ClippingThreshold>":
-            raise r.error(f"BackpropTruncationComponent: expected <ClippingThreshold>, got {tok[:40]}")
-        self.clipping_threshold = r.read_float()
-        r.expect_token("<ZeroingThreshold>")
-        self.zeroing_threshold = r.read_float()
-        r.expect_token("<ZeroingInterval>")
-        self.zeroing_interval = r.read_int32()
-        r.expect_token("<RecurrenceInterval>")
-        self.recurrence_interval = r.read_int32()
-        r.expect_token("<NumElementsClipped>")
-        self.num_clipped = r.read_double()
-        r.expect_token("<NumElementsZeroed>")
-        self.num_zeroed = r.read_double()
-        r.expect_token("<NumElementsProcessed>")
-        self.count = r.read_double()
-        r.expect_token("<NumZeroingBoundaries>")
-        self.count_zeroing_boundaries = r.read_double()
-        r.expect_token(self.closing_tag())
-
-    def write(self, w: KaldiWriter) -> None:
-        w.write_token(self.opening_tag())
-        w.write_token("<Dim>")
-        w.write_int32(self.dim)
-        w.write_token("<Scale>")
-        w.write_float(self.scale_)
-        w.write_token("<ClippingThreshold>")
-        w.write_float(self.clipping_threshold)
-        w.write_token("<ZeroingThreshold>")
-        w.write_float(self.zeroing_threshold)
-        w.write_token("<ZeroingInterval>")
-        w.write_int32(self.zeroing_interval)
-        w.write_token("<RecurrenceInterval>")
-        w.write_int32(self.recurrence_interval)
-        w.write_token("<NumElementsClipped>")
-        w.write_double(self.num_clipped)
-        w.write_token("<NumElementsZeroed>")
-        w.write_double(self.num_zeroed)
-        w.write_token("<NumElementsProcessed>")
-        w.write_double(self.count)
-        w.write_token("<NumZeroingBoundaries>")
-        w.write_double(self.count_zeroing_boundaries)
-        w.write_token(self.closing_tag())
-
-    def info(self) -> str:
-        clipped = self.num_clipped / self.count if self.count > 0.0 else 0
-        zeroed = (self.num_zeroed / self.count_zeroing_boundaries
-                  if self.count_zeroing_boundaries > 0.0 else 0)
-        return (f"{self.type_name}, dim={self.dim}, scale={fmt_g(self.scale_)}"
-                f", count={fmt_g(self.count, 3)}"
-                f", recurrence-interval={self.recurrence_interval}"
-                f", clipping-threshold={fmt_g(self.clipping_threshold)}"
-                f", clipped-proportion={fmt_g(clipped)}"
-                f", zeroing-threshold={fmt_g(self.zeroing_threshold)}"
-                f", zeroing-interval={self.zeroing_interval}"
-                f", zeroed-proportion={fmt_g(zeroed)}"
-                f", count-zeroing-boundaries={int(self.count_zeroing_boundaries)}")
-
-    # -- stats -------------------------------------------------------------
-    def zero_stats(self) -> None:
-        self.count = 0.0
-        self.count_zeroing_boundaries = 0.0
-        self.num_clipped = 0.0
-        self.num_zeroed = 0.0
-
-    def scale(self, alpha: float) -> None:
-        a = _f32(alpha)
-        self.count *= a
-        self.count_zeroing_boundaries *= a
-        self.num_clipped *= a
-        self.num_zeroed *= a
-
-    def add(self, alpha: float, other: Component) -> None:
-        assert isinstance(other, BackpropTruncationComponent)
-        a = _f32(alpha)
-        self.count += a * other.count
-        self.count_zeroing_boundaries += a * other.count_zeroing_boundaries
-        self.num_clipped += a * other.num_clipped
-        self.num_zeroed += a * other.num_zeroed
-
-    # -- compiler / math ---------------------------------------------------
-    def precompute_indexes(self, misc_info: Any, input_indexes: list, output_indexes: list,
-                           need_backprop: bool) -> BackpropTruncationComponentPrecomputedIndexes:
-        if len(input_indexes) != len(output_indexes):
-            raise RuntimeError("BackpropTruncationComponent: input/output index count differs")
-        zi, ri = self.zeroing_interval, self.recurrence_interval
-        zeroing = np.zeros(len(output_indexes), dtype=_F32)
-        for i, (n, t, _x) in enumerate(output_indexes):
-            # Row t crosses a boundary (a multiple of zeroing-interval, shifted
-            # by n so that sequences differ) if [t - recurrence, t] contains one.
-            if divide_rounding_down(t - n, zi) != divide_rounding_down(t - ri - n, zi):
-                zeroing[i] = -1.0
-        return BackpropTruncationComponentPrecomputedIndexes(
-            zeroing, _f32(-float(zeroing.astype(np.float64).sum())))
-
-    def propagate(self, indexes, in_value: np.ndarray, out_value: np.ndarray):
-        if self.scale_ != 1.0:
-            out_value[...] = np.asarray(in_value, dtype=_F32) * _F32(self.scale_)
-        elif out_value is not in_value:
-            out_value[...] = in_value
-        return None
-
-
 # The rest of the family (registers on import).
 from . import general2  # noqa: E402,F401
+from .backprop_truncation import (  # noqa: E402,F401
+    BackpropTruncationComponent, BackpropTruncationComponentPrecomputedIndexes)

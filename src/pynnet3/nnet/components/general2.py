@@ -17,7 +17,8 @@ from ...kaldi_io import KaldiReader, KaldiWriter
 from ..config_line import ConfigLine
 from ..index import Index
 from .base import (Component, Prop, UpdatableComponent, fmt_bool, fmt_g, print_parameter_stats,
-                   randn, register, rng)
+                   randn, register, reshape_rows, rng)
+from .natural_gradient import OnlineNaturalGradient
 
 _F32 = np.float32
 
@@ -66,9 +67,8 @@ class ConstantComponent(UpdatableComponent):
         self.output = np.zeros(0, dtype=_F32)
         self.is_updatable_ = True
         self.use_natural_gradient = True
-        # The natural-gradient preconditioner state is not part of the file;
-        # the training stage attaches one when it needs it.
-        self.preconditioner: Any = None
+        # Kaldi's defaults (not configurable); its state is never written.
+        self.preconditioner = OnlineNaturalGradient()
 
     def input_dim(self) -> int:
         return int(self.output.shape[0])
@@ -157,6 +157,24 @@ class ConstantComponent(UpdatableComponent):
     def propagate(self, indexes, in_value, out_value: np.ndarray):
         out_value[...] = self.output[None, :]
         return None
+
+    def backprop(self, debug_info: str, indexes, in_value, out_value, out_deriv: np.ndarray,
+                 memo, to_update, in_deriv) -> None:
+        # The output does not depend on the input: nothing goes to in_deriv.
+        if not isinstance(to_update, ConstantComponent) or not to_update.is_updatable_:
+            return
+        lr = _F32(to_update.learning_rate)
+        if to_update.use_natural_gradient and not to_update.is_gradient:
+            deriv = np.array(out_deriv, dtype=_F32, order="C", copy=True)
+            scale = to_update.preconditioner.precondition_directions(deriv)
+            lr = _F32(_F32(scale) * lr)
+        else:
+            deriv = out_deriv
+        to_update.output = (to_update.output
+                            + lr * deriv.sum(axis=0, dtype=_F32)).astype(_F32)
+
+    def freeze_natural_gradient(self, freeze: bool) -> None:
+        self.preconditioner.freeze(freeze)
 
 
 # ---------------------------------------------------------------------------
@@ -263,6 +281,10 @@ class DropoutMaskComponent(RandomComponent):
             mask[:, 1] = ((_F32(1.0 - p) - v) > 0)
         out_value[...] = mask
         return None
+
+    def backprop(self, debug_info: str, indexes, in_value, out_value, out_deriv, memo,
+                 to_update, in_deriv) -> None:
+        """Nothing to do: there is no input, and nothing to update."""
 
 
 # ---------------------------------------------------------------------------
@@ -476,6 +498,22 @@ class GeneralDropoutComponent(RandomComponent):
             rows, self.dim)
         return mask
 
+    def backprop(self, debug_info: str, indexes: GeneralDropoutComponentPrecomputedIndexes,
+                 in_value, out_value, out_deriv: np.ndarray, memo, to_update,
+                 in_deriv: np.ndarray | None) -> None:
+        # Sets in_deriv (may be out_deriv: BACKPROP_IN_PLACE): the same mask.
+        if in_deriv is None:
+            return
+        if in_deriv is not out_deriv:
+            in_deriv[...] = out_deriv
+        if self.test_mode or (self.dropout_proportion == 0.0
+                              and self.specaugment_max_proportion == 0.0):
+            return
+        if memo is None:
+            raise ValueError("GeneralDropoutComponent.backprop needs the mask from propagate")
+        per_row = memo[np.asarray(indexes.indexes, dtype=np.int64)]
+        reshape_rows(in_deriv, self.block_dim)[...] *= per_row
+
 
 # ---------------------------------------------------------------------------
 
@@ -618,3 +656,17 @@ class SpecAugmentTimeMaskComponent(RandomComponent):
         mask = self._get_memo(indexes)
         out_value *= mask[:, None]
         return mask
+
+    def backprop(self, debug_info: str,
+                 indexes: SpecAugmentTimeMaskComponentPrecomputedIndexes, in_value, out_value,
+                 out_deriv: np.ndarray, memo, to_update, in_deriv: np.ndarray | None) -> None:
+        # Sets in_deriv (may be out_deriv): the rows zeroed forward are zeroed.
+        if in_deriv is None:
+            return
+        if in_deriv is not out_deriv:
+            in_deriv[...] = out_deriv
+        if self.test_mode or self.zeroed_proportion == 0.0:
+            return
+        if memo is None:
+            raise ValueError("SpecAugmentTimeMaskComponent.backprop needs the mask")
+        in_deriv *= memo[:, None]

@@ -19,7 +19,8 @@ import numpy as np
 from ... import log
 from ...kaldi_io import KaldiReader, KaldiWriter
 from ..config_line import ConfigLine
-from .base import Component, Prop, fmt_bool, fmt_g, register, rng, summarize_vector
+from .base import (Component, Prop, fmt_bool, fmt_g, register, reshape_rows, rng,
+                   summarize_vector)
 
 _F32 = np.float32
 
@@ -27,6 +28,11 @@ _F32 = np.float32
 def _f32(x: float) -> float:
     """Round a Python float to float32 (C++ conversion of a double to float)."""
     return float(np.float32(x))
+
+
+def _same_data(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two arrays start at the same address (Kaldi's Data() == Data())."""
+    return a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
 
 
 # ---------------------------------------------------------------------------
@@ -156,6 +162,42 @@ class NormalizeComponent(Component):
             y = np.concatenate([y, log_col[:, None].astype(_F32)], axis=1)
         out_value[...] = y.reshape(rows, self.output_dim())
         return None
+
+    def backprop(self, debug_info, indexes, in_value: np.ndarray | None,
+                 out_value: np.ndarray | None, out_deriv: np.ndarray, memo,
+                 to_update, in_deriv: np.ndarray | None) -> None:
+        """Kaldi's DiffNormalizePerRow, per block.  With y = f x and
+        f = (max(floor, x.x / (D target_rms^2)))^{-1/2}:
+        dF/dx = f dF/dy - f^3 / (D target_rms^2) (dF/dy . x) x  (the second
+        term vanishes where the floor is active), plus, with add-log-stddev,
+        dF/dlog_stddev x / max(x.x, D floor).  BACKPROP_ADDS, except that in
+        place (in_deriv is out_deriv) the first term replaces the content."""
+        if in_deriv is None:
+            return
+        bd = self.block_dim
+        out_bd = bd + (1 if self.add_log_stddev else 0)
+        x = np.asarray(in_value, dtype=_F32).reshape(-1, bd)
+        od = np.asarray(out_deriv).reshape(-1, out_bd)
+        idr = reshape_rows(in_deriv, bd)
+        od_no_log = od[:, :bd]
+        x64 = x.astype(np.float64)
+        dot_products = np.einsum("ij,ij->i", od_no_log.astype(np.float64), x64).astype(_F32)
+        in_norm = np.einsum("ij,ij->i", x64, x64).astype(_F32)
+        d_scaled = _F32(bd) * _F32(self.target_rms) * _F32(self.target_rms)
+        floor = _F32(self.SQUARED_NORM_FLOOR)
+        in_place = _same_data(idr, od_no_log)
+        if self.add_log_stddev:
+            log_stddev_deriv = (_F32(1.0) / np.maximum(in_norm, _F32(bd) * floor)
+                                * od[:, bd]).astype(_F32)
+            idr += log_stddev_deriv[:, None] * x
+        f = np.maximum(in_norm * _F32(1.0 / float(d_scaled)), floor)
+        f = (1.0 / np.sqrt(f.astype(np.float64))).astype(_F32)
+        if in_place:
+            idr *= f[:, None]
+        else:
+            idr += f[:, None] * od_no_log
+        f3 = np.where(f == _F32(1.0 / math.sqrt(self.SQUARED_NORM_FLOOR)), _F32(0.0), f) ** 3
+        idr += (_F32(-1.0 / float(d_scaled)) * (dot_products * f3))[:, None] * x
 
 
 # ---------------------------------------------------------------------------
@@ -394,6 +436,41 @@ class BatchNormComponent(Component):
         y = x * self.scale_ + self.offset
         out_value[...] = y.reshape(out_value.shape)
         return None
+
+    def backprop(self, debug_info, indexes, in_value: np.ndarray | None,
+                 out_value: np.ndarray | None, out_deriv: np.ndarray, memo,
+                 to_update, in_deriv: np.ndarray | None) -> None:
+        """Sets in_deriv (may be out_deriv itself: BACKPROP_IN_PLACE).
+
+        Training mode, with z = the output, z' its derivative, I frames and
+        scale = the memo's scale: x' = scale (z' - mean(z')) + z v, where
+        v = -mean(z' z) scale / target_rms^2 (the derivative through the
+        variance).  Test mode is a fixed per-column scale."""
+        if in_deriv is None:
+            return
+        z = self._reshaped(out_value)
+        dz = self._reshaped(out_deriv)
+        dx = reshape_rows(in_deriv, self.block_dim)
+        if self.test_mode:
+            if self.offset.shape[0] != self.block_dim:
+                raise RuntimeError("BatchNormComponent.backprop: test mode without stats")
+            dx[...] = dz * self.scale_
+            return
+        if not isinstance(memo, BatchNormMemo):
+            raise ValueError("BatchNormComponent.backprop needs the memo from propagate")
+        num_frames = memo.num_frames
+        if z.shape[0] != num_frames:
+            raise ValueError("BatchNormComponent.backprop: row count differs from propagate")
+        scale = memo.mean_uvar_scale[2]
+        var_deriv_mod = memo.mean_uvar_scale[3]
+        temp = memo.mean_uvar_scale[4]
+        coeff = _F32(-1.0 / (self.target_rms * self.target_rms * num_frames))
+        var_deriv_mod[:] = coeff * np.einsum("ij,ij->j", z.astype(np.float64),
+                                             dz.astype(np.float64)).astype(_F32)
+        var_deriv_mod *= scale
+        temp[:] = _F32(-1.0 / num_frames) * dz.sum(axis=0, dtype=np.float64).astype(_F32)
+        # Both column statistics are taken before dx (maybe dz) is written.
+        dx[...] = (dz + temp) * scale + z * var_deriv_mod
 
     def store_stats(self, in_value: np.ndarray, out_value: np.ndarray, memo) -> None:
         if self.test_mode:

@@ -2,15 +2,12 @@
 trainable per-element ones (PerElementScale, NaturalGradientPerElementScale,
 PerElementOffset, ScaleAndOffset, ConstantFunction).
 
-Natural-gradient preconditioning (Kaldi's OnlineNaturalGradient) is not
-implemented here: the components keep its configuration
-(:class:`NgOptions`) because it is written to / read from model files, and
-their backprop raises NotImplementedError when a natural-gradient update is
-requested.  Plain (gradient / non-NG) updates are implemented.
+Natural-gradient updates use :class:`OnlineNaturalGradient`
+(:mod:`.natural_gradient`), whose options are read from / written to model
+files; its state is never stored.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,17 +16,8 @@ from ...kaldi_io import KaldiReader, KaldiWriter
 from ..config_line import ConfigLine
 from .base import Component, Prop, UpdatableComponent, fmt_g, print_parameter_stats, register, randn
 from .simple import F32, _axpy_f32, f32
+from .natural_gradient import OnlineNaturalGradient
 from .simple2 import _read_vector_file
-
-
-@dataclass
-class NgOptions:
-    """The configuration of an OnlineNaturalGradient object (Kaldi defaults)."""
-
-    rank: int = 40
-    update_period: int = 1
-    num_samples_history: float = 2000.0
-    alpha: float = 4.0
 
 
 def _read_common_then(comp: UpdatableComponent, r: KaldiReader, token: str) -> None:
@@ -57,11 +45,6 @@ def _vmax(v: np.ndarray) -> float:
 
 def _row_sum(m: np.ndarray) -> np.ndarray:
     return m.sum(axis=0, dtype=F32)
-
-
-def _no_natural_gradient(comp: Component) -> NotImplementedError:
-    return NotImplementedError(f"{comp.type_name}: natural-gradient update "
-                               "(OnlineNaturalGradient) is not implemented yet")
 
 
 @register
@@ -181,7 +164,7 @@ class NaturalGradientPerElementScaleComponent(PerElementScaleComponent):
 
     def __init__(self) -> None:
         super().__init__()
-        self.preconditioner = NgOptions()
+        self.preconditioner = OnlineNaturalGradient()
 
     def init_from_config(self, cfl: ConfigLine) -> None:
         rank = cfl.get_int("rank", 8)
@@ -204,7 +187,7 @@ class NaturalGradientPerElementScaleComponent(PerElementScaleComponent):
         if rank <= 0 or update_period <= 0 or num_samples_history <= 0.0 or alpha < 0.0:
             raise self.config_error(cfl, "rank, update-period and num-samples-history must "
                                          "be > 0 and alpha >= 0")
-        self.preconditioner = NgOptions(rank, update_period, num_samples_history, alpha)
+        self.preconditioner = OnlineNaturalGradient(rank, update_period, num_samples_history, alpha)
 
     def info(self) -> str:
         p = self.preconditioner
@@ -216,7 +199,7 @@ class NaturalGradientPerElementScaleComponent(PerElementScaleComponent):
         self.scales = r.read_vector()
         r.expect_token("<IsGradient>")
         self.is_gradient = r.read_bool()
-        p = NgOptions()
+        p = OnlineNaturalGradient()
         r.expect_token("<Rank>")
         p.rank = r.read_int32()
         r.expect_token("<UpdatePeriod>")
@@ -251,7 +234,14 @@ class NaturalGradientPerElementScaleComponent(PerElementScaleComponent):
         w.write_token(self.closing_tag())
 
     def _update(self, debug_info: str, in_value: np.ndarray, out_deriv: np.ndarray) -> None:
-        raise _no_natural_gradient(self)
+        # Per-frame derivatives of the scales, preconditioned, then summed.
+        derivs_per_frame = np.asarray(in_value * out_deriv, dtype=F32, order="C")
+        scale = self.preconditioner.precondition_directions(derivs_per_frame)
+        delta = derivs_per_frame.sum(axis=0, dtype=F32) * F32(F32(scale) * F32(self.learning_rate))
+        self.scales = (self.scales + delta).astype(F32)
+
+    def freeze_natural_gradient(self, freeze: bool) -> None:
+        self.preconditioner.freeze(freeze)
 
 
 @register
@@ -266,7 +256,7 @@ class PerElementOffsetComponent(UpdatableComponent):
         self.offsets = np.zeros(0, dtype=F32)
         self.dim = 0
         self.use_natural_gradient = True
-        self.preconditioner = NgOptions(rank=20, update_period=4)
+        self.preconditioner = OnlineNaturalGradient(rank=20, update_period=4)
 
     def input_dim(self) -> int:
         return self.dim
@@ -304,7 +294,7 @@ class PerElementOffsetComponent(UpdatableComponent):
                 raise self.config_error(cfl, f"Invalid value block-dim={block_dim}")
             self.offsets = _random_params(block_dim, mean, stddev)
         self.use_natural_gradient = cfl.get_bool("use-natural-gradient", True)
-        self.preconditioner = NgOptions(rank=20, update_period=4)
+        self.preconditioner = OnlineNaturalGradient(rank=20, update_period=4)
 
     def info(self) -> str:
         s = (super().info() + f", offsets-min={fmt_g(_vmin(self.offsets))}"
@@ -327,7 +317,7 @@ class PerElementOffsetComponent(UpdatableComponent):
         else:
             self.dim = int(self.offsets.shape[0])
             self.use_natural_gradient = True
-        self.preconditioner = NgOptions(rank=20, update_period=4)
+        self.preconditioner = OnlineNaturalGradient(rank=20, update_period=4)
         r.expect_token(self.closing_tag())
 
     def write(self, w: KaldiWriter) -> None:
@@ -377,7 +367,10 @@ class PerElementOffsetComponent(UpdatableComponent):
                 to_update.offsets = _axpy_f32(to_update.learning_rate, _row_sum(reshaped),
                                               to_update.offsets)
             else:
-                raise _no_natural_gradient(self)
+                deriv = np.array(reshaped, dtype=F32, order="C", copy=True)
+                scale = to_update.preconditioner.precondition_directions(deriv)
+                to_update.offsets = _axpy_f32(f32(scale * to_update.learning_rate),
+                                              _row_sum(deriv), to_update.offsets)
 
 
 @register
@@ -395,8 +388,8 @@ class ScaleAndOffsetComponent(UpdatableComponent):
         self.scales = np.zeros(0, dtype=F32)
         self.offsets = np.zeros(0, dtype=F32)
         self.use_natural_gradient = True
-        self.scale_preconditioner = NgOptions()
-        self.offset_preconditioner = NgOptions()
+        self.scale_preconditioner = OnlineNaturalGradient()
+        self.offset_preconditioner = OnlineNaturalGradient()
 
     def input_dim(self) -> int:
         return self.dim
@@ -415,8 +408,8 @@ class ScaleAndOffsetComponent(UpdatableComponent):
         return 2 * int(self.scales.shape[0])
 
     def _set_rank(self, rank: int) -> None:
-        self.scale_preconditioner = NgOptions(rank=rank, update_period=4)
-        self.offset_preconditioner = NgOptions(rank=rank, update_period=4)
+        self.scale_preconditioner = OnlineNaturalGradient(rank=rank, update_period=4)
+        self.offset_preconditioner = OnlineNaturalGradient(rank=rank, update_period=4)
 
     def init_from_config(self, cfl: ConfigLine) -> None:
         self.init_learning_rates_from_config(cfl)
@@ -454,8 +447,8 @@ class ScaleAndOffsetComponent(UpdatableComponent):
         r.expect_token("<Rank>")
         rank = r.read_int32()
         # Read() only sets the rank; the update period keeps its default.
-        self.scale_preconditioner = NgOptions(rank=rank)
-        self.offset_preconditioner = NgOptions(rank=rank)
+        self.scale_preconditioner = OnlineNaturalGradient(rank=rank)
+        self.offset_preconditioner = OnlineNaturalGradient(rank=rank)
         r.expect_token(self.closing_tag())
 
     def write(self, w: KaldiWriter) -> None:
@@ -521,15 +514,25 @@ class ScaleAndOffsetComponent(UpdatableComponent):
         block = self.scales.shape[0]
         od = out_deriv.reshape(-1, block)
         if isinstance(to_update, ScaleAndOffsetComponent):
-            if to_update.use_natural_gradient and not to_update.is_gradient:
-                raise _no_natural_gradient(self)
+            use_ng = to_update.use_natural_gradient and not to_update.is_gradient
             lr = to_update.learning_rate
-            to_update.offsets = _axpy_f32(lr, _row_sum(od), to_update.offsets)
+            if use_ng:
+                deriv = np.array(od, dtype=F32, order="C", copy=True)
+                scale = to_update.offset_preconditioner.precondition_directions(deriv)
+                to_update.offsets = _axpy_f32(f32(scale * lr), _row_sum(deriv),
+                                              to_update.offsets)
+            else:
+                to_update.offsets = _axpy_f32(lr, _row_sum(od), to_update.offsets)
             # The input is reconstructed from the output (which is what the
             # backprop keeps): x = (y - offset) / scale.
             inv = (F32(1.0) / self.scales_nonzero()).astype(F32)
             x = (out_value.reshape(-1, block) - self.offsets) * inv
-            to_update.scales = _axpy_f32(lr, _row_sum(x * od), to_update.scales)
+            scale_derivs = np.asarray(x * od, dtype=F32, order="C")
+            scale = 1.0
+            if use_ng:
+                scale = to_update.scale_preconditioner.precondition_directions(scale_derivs)
+            to_update.scales = _axpy_f32(f32(scale * lr), _row_sum(scale_derivs),
+                                         to_update.scales)
         if in_deriv is not None:
             # Uses self.scales after any update (when to_update is self), as Kaldi.
             in_deriv[...] = (od * self.scales).reshape(out_deriv.shape)
@@ -547,7 +550,7 @@ class ConstantFunctionComponent(UpdatableComponent):
         self.output = np.zeros(0, dtype=F32)
         self.is_updatable = True
         self.use_natural_gradient = True
-        self.preconditioner = NgOptions()
+        self.preconditioner = OnlineNaturalGradient()
 
     def input_dim(self) -> int:
         return self._input_dim
@@ -646,6 +649,10 @@ class ConstantFunctionComponent(UpdatableComponent):
         # The output does not depend on the input: nothing is added to in_deriv.
         if isinstance(to_update, ConstantFunctionComponent) and to_update.is_updatable:
             if to_update.use_natural_gradient and not to_update.is_gradient:
-                raise _no_natural_gradient(self)
-            to_update.output = _axpy_f32(to_update.learning_rate, _row_sum(out_deriv),
-                                         to_update.output)
+                deriv = np.array(out_deriv, dtype=F32, order="C", copy=True)
+                scale = to_update.preconditioner.precondition_directions(deriv)
+                to_update.output = _axpy_f32(f32(scale * to_update.learning_rate),
+                                             _row_sum(deriv), to_update.output)
+            else:
+                to_update.output = _axpy_f32(to_update.learning_rate, _row_sum(out_deriv),
+                                             to_update.output)
