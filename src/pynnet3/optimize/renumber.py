@@ -1,0 +1,454 @@
+"""Renumbering and small editing utilities the optimization passes share
+(Kaldi's ComputationRenumberer, RenumberComputation, RemoveNoOps,
+IdentifySubmatrixArgs & co., MatrixIsUnused, RemoveCommandsForUnusedMatrix,
+InsertCommands; nnet-optimize-utils).
+
+Passes rewrite a computation by pointing commands at new or different
+submatrices and by turning commands into no-ops; they leave behind
+submatrices, matrices and index tables nobody refers to any more, and
+duplicates of them.  :func:`renumber_computation` removes those and numbers
+what is left densely, keeping the first of each group of duplicates and the
+original order otherwise (so that our numbering is Kaldi's).
+
+Where Kaldi collects pointers to arguments and writes through them, these
+functions build new (frozen) Command records with the arguments mapped.
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+
+from ..compile.computation import (ARG_ROLES, Command, CommandType, NnetComputation, Role,
+                                   SubMatrixInfo)
+from ..errors import ComputationCheckError
+from .analyze import Analyzer
+
+__all__ = ["renumber_computation", "remove_no_ops", "identify_submatrix_args",
+           "identify_indexes_args", "identify_indexes_multi_args", "identify_indexes_ranges_args",
+           "map_submatrix_args", "matrix_is_unused", "remove_commands_for_unused_matrix",
+           "insert_commands", "ComputationRenumberer"]
+
+T = CommandType
+
+_SUBMATRIX_ROLES = frozenset({Role.SUBMATRIX_READ, Role.SUBMATRIX_WRITE, Role.SUBMATRIX_RW,
+                              Role.SUBMATRIX_ALLOC, Role.SUBMATRIX_MAYBE_READ,
+                              Role.SUBMATRIX_MAYBE_RW})
+
+# Per command type, the 0-based positions (in Command.args) of the
+# arguments that are submatrix indexes.  Kaldi lists these by hand in
+# IdentifySubmatrixArgs; here they come from the ARG_ROLES table (which also
+# covers the compression commands Kaldi's list leaves out).
+_SUBMATRIX_POSITIONS: dict[CommandType, tuple[int, ...]] = {
+    t: tuple(i for i, role in enumerate(roles) if role in _SUBMATRIX_ROLES)
+    for t, roles in ARG_ROLES.items()}
+_ARG_NAMES = ("arg1", "arg2", "arg3", "arg4", "arg5", "arg6", "arg7")
+
+# Where the index-table arguments are (0-based positions).
+_INDEXES_POSITION = {T.COPY_ROWS: 2, T.ADD_ROWS: 2}
+_INDEXES_MULTI_POSITION = {T.ADD_ROWS_MULTI: 1, T.ADD_TO_ROWS_MULTI: 1, T.COPY_ROWS_MULTI: 1,
+                           T.COPY_TO_ROWS_MULTI: 1}
+_INDEXES_RANGES_POSITION = {T.ADD_ROW_RANGES: 2}
+
+
+# ---------------------------------------------------------------------------
+# Identifying arguments
+
+
+def identify_submatrix_args(command: Command) -> list[int]:
+    """The submatrix indexes among a command's arguments (optional ones may be 0)."""
+    args = command.args
+    return [args[i] for i in _SUBMATRIX_POSITIONS[command.command_type]]
+
+
+def identify_indexes_args(commands: Sequence[Command]) -> list[tuple[int, int]]:
+    """(command index, indexes index) of every CopyRows / AddRows."""
+    return [(c, cmd.args[_INDEXES_POSITION[cmd.command_type]]) for c, cmd in enumerate(commands)
+            if cmd.command_type in _INDEXES_POSITION]
+
+
+def identify_indexes_multi_args(commands: Sequence[Command]) -> list[tuple[int, int]]:
+    """(command index, indexes_multi index) of every *RowsMulti command."""
+    return [(c, cmd.arg2) for c, cmd in enumerate(commands)
+            if cmd.command_type in _INDEXES_MULTI_POSITION]
+
+
+def identify_indexes_ranges_args(commands: Sequence[Command]) -> list[tuple[int, int]]:
+    """(command index, indexes_ranges index) of every AddRowRanges."""
+    return [(c, cmd.arg3) for c, cmd in enumerate(commands)
+            if cmd.command_type in _INDEXES_RANGES_POSITION]
+
+
+def map_submatrix_args(command: Command, mapping: Callable[[int], int] | Sequence[int]
+                       ) -> Command:
+    """The command with every non-zero submatrix argument s replaced by
+    ``mapping[s]`` (or ``mapping(s)``); 0 (an absent optional argument) stays."""
+    positions = _SUBMATRIX_POSITIONS[command.command_type]
+    if not positions:
+        return command
+    get = mapping if callable(mapping) else mapping.__getitem__
+    args = command.args
+    changes = {}
+    for i in positions:
+        s = args[i]
+        if s > 0:
+            new = get(s)
+            if new != s:
+                changes[_ARG_NAMES[i]] = int(new)
+    return command.with_args(**changes) if changes else command
+
+
+def _with_arg(command: Command, position: int, value: int) -> Command:
+    return command.with_args(**{_ARG_NAMES[position]: int(value)})
+
+
+# ---------------------------------------------------------------------------
+# The renumberer
+
+
+def _create_renumbering(used: np.ndarray) -> tuple[np.ndarray, int]:
+    """old -> new index keeping the used elements in order (-1 for unused)."""
+    new = np.full(len(used), -1, dtype=np.int64)
+    count = int(used.sum())
+    new[used] = np.arange(count, dtype=np.int64)
+    return new, count
+
+
+def _dedup_arrays(arrays: Sequence[np.ndarray], used: np.ndarray | None
+                  ) -> tuple[np.ndarray, list[int]]:
+    """old -> new numbering of a list of index arrays that drops unused
+    entries and merges equal ones (the first occurrence keeps its place);
+    also the old index of each kept entry."""
+    old_to_new = np.full(len(arrays), -1, dtype=np.int64)
+    seen: dict[tuple[tuple[int, ...], bytes], int] = {}
+    kept: list[int] = []
+    for i, arr in enumerate(arrays):
+        if used is not None and not used[i]:
+            continue
+        key = (arr.shape, np.ascontiguousarray(arr, dtype=np.int32).tobytes())
+        j = seen.get(key)
+        if j is None:
+            j = seen[key] = len(kept)
+            kept.append(i)
+        old_to_new[i] = j
+    return old_to_new, kept
+
+
+class ComputationRenumberer:
+    """Kaldi's ComputationRenumberer; use :func:`renumber_computation`."""
+
+    def __init__(self, computation: NnetComputation) -> None:
+        self.computation = computation
+        self.submatrix_is_used = np.zeros(0, dtype=bool)
+        self.submatrix_is_kept = np.zeros(0, dtype=bool)
+        self.matrix_is_used = np.zeros(0, dtype=bool)
+        self.old_to_new_matrix = np.zeros(0, dtype=np.int64)
+        self.old_to_new_submatrix = np.zeros(0, dtype=np.int64)
+        self.num_matrices_new = 0
+        self.num_submatrices_new = 0
+
+    def renumber(self) -> None:
+        self.remove_unused_indexes_multi()
+        self.compute_submatrix_is_used()
+        self.compute_matrix_is_used()
+        self.set_up_mappings()
+        self.renumber_submatrices()
+        self.renumber_matrices()
+        self.remove_indexes_multi_duplicates()
+        self.renumber_indexes()
+        self.renumber_indexes_ranges()
+        self.renumber_memos()
+
+    # -- indexes_multi -----------------------------------------------------------
+    def remove_unused_indexes_multi(self) -> None:
+        comp = self.computation
+        n = len(comp.indexes_multi)
+        if n == 0:
+            return
+        args = identify_indexes_multi_args(comp.commands)
+        used = np.zeros(n, dtype=bool)
+        for c, k in args:
+            if not 0 <= k < n:
+                raise ComputationCheckError(f"indexes_multi index {k} out of range", c)
+            used[k] = True
+        old_to_new, count = _create_renumbering(used)
+        if count == n:
+            return
+        comp.indexes_multi = [comp.indexes_multi[i] for i in np.flatnonzero(used).tolist()]
+        self._renumber_table_args(args, old_to_new, 1)
+
+    def _renumber_table_args(self, args: list[tuple[int, int]], old_to_new: np.ndarray,
+                             position: int) -> None:
+        commands = self.computation.commands
+        for c, k in args:
+            new = int(old_to_new[k])
+            if new != k:
+                commands[c] = _with_arg(commands[c], position, new)
+
+    # -- submatrices and matrices ------------------------------------------------
+    def compute_submatrix_is_used(self) -> None:
+        comp = self.computation
+        num_submatrices = len(comp.submatrices)
+        used = np.zeros(num_submatrices, dtype=bool)
+        used[0] = True
+        refs: list[int] = []
+        for command in comp.commands:
+            for i in _SUBMATRIX_POSITIONS[command.command_type]:
+                refs.append(command.args[i])
+        refs_arr = np.array(refs, dtype=np.int64)
+        parts = [refs_arr] + [im[:, 0].astype(np.int64) for im in comp.indexes_multi]
+        all_refs = np.concatenate(parts) if parts else refs_arr
+        all_refs = all_refs[all_refs > 0]
+        if len(all_refs) and all_refs.max() >= num_submatrices:
+            raise ComputationCheckError(f"submatrix index {int(all_refs.max())} out of range "
+                                        f"({num_submatrices} submatrices)")
+        used[all_refs] = True
+        self.submatrix_is_used = used
+
+    def compute_matrix_is_used(self) -> None:
+        comp = self.computation
+        used = np.zeros(len(comp.matrices), dtype=bool)
+        used[0] = True
+        mats = np.fromiter((s.matrix_index for s in comp.submatrices), dtype=np.int64,
+                           count=len(comp.submatrices))
+        used[mats[self.submatrix_is_used]] = True
+        self.matrix_is_used = used
+
+    def set_up_mappings(self) -> None:
+        comp = self.computation
+        self.old_to_new_matrix, self.num_matrices_new = _create_renumbering(self.matrix_is_used)
+        num_submatrices = len(comp.submatrices)
+        old_to_new = np.full(num_submatrices, -1, dtype=np.int64)
+        old_to_new[0] = 0
+        kept = self.submatrix_is_used.copy()
+        seen: dict[SubMatrixInfo, int] = {}
+        cur = 1
+        for s in np.flatnonzero(self.submatrix_is_used[1:]).tolist():
+            s += 1
+            info = comp.submatrices[s]
+            j = seen.get(info)
+            if j is not None:       # a duplicate of an earlier submatrix
+                old_to_new[s] = j
+                kept[s] = False
+            else:
+                seen[info] = cur
+                old_to_new[s] = cur
+                cur += 1
+        self.old_to_new_submatrix = old_to_new
+        self.submatrix_is_kept = kept
+        self.num_submatrices_new = cur
+
+    def renumber_submatrices(self) -> None:
+        comp = self.computation
+        mapping = self.old_to_new_submatrix
+        if (mapping == np.arange(len(mapping))).all():
+            return
+        mapping_list = mapping.tolist()
+        comp.commands = [map_submatrix_args(cmd, mapping_list) for cmd in comp.commands]
+        new_multi = []
+        for im in comp.indexes_multi:
+            col = im[:, 0]
+            valid = col != -1
+            new_col = np.where(valid, mapping[np.where(valid, col, 0)], -1)
+            if (new_col[valid] <= 0).any():
+                raise ComputationCheckError("indexes_multi refers to a removed submatrix")
+            if (new_col != col).any():
+                im = im.copy()
+                im[:, 0] = new_col
+            new_multi.append(im)
+        comp.indexes_multi = new_multi
+        comp.submatrices = [comp.submatrices[s] for s in np.flatnonzero(self.submatrix_is_kept)
+                            .tolist()]
+
+    def renumber_matrices(self) -> None:
+        comp = self.computation
+        mapping = self.old_to_new_matrix
+        if self.num_matrices_new == len(comp.matrices):
+            return
+        new_subs = [comp.submatrices[0]]
+        for s in comp.submatrices[1:]:
+            m = int(mapping[s.matrix_index])
+            if m <= 0:
+                raise ComputationCheckError(f"submatrix refers to removed matrix "
+                                            f"m{s.matrix_index}")
+            new_subs.append(SubMatrixInfo(m, s.row_offset, s.num_rows, s.col_offset, s.num_cols))
+        comp.submatrices = new_subs
+        keep = np.flatnonzero(self.matrix_is_used).tolist()
+        old_num_matrices = len(comp.matrices)
+        comp.matrices = [comp.matrices[m] for m in keep]
+        if comp.matrix_debug_info:
+            if len(comp.matrix_debug_info) != old_num_matrices:
+                raise ComputationCheckError(
+                    f"debug info has {len(comp.matrix_debug_info)} entries for "
+                    f"{old_num_matrices} matrices")
+            comp.matrix_debug_info = [comp.matrix_debug_info[m] for m in keep]
+
+    def remove_indexes_multi_duplicates(self) -> None:
+        comp = self.computation
+        if not comp.indexes_multi:
+            return
+        old_to_new, kept = _dedup_arrays(comp.indexes_multi, None)
+        if len(kept) == len(comp.indexes_multi):
+            return
+        comp.indexes_multi = [comp.indexes_multi[i] for i in kept]
+        self._renumber_table_args(identify_indexes_multi_args(comp.commands), old_to_new, 1)
+
+    def renumber_indexes(self) -> None:
+        comp = self.computation
+        n = len(comp.indexes)
+        if n == 0:
+            return
+        args = identify_indexes_args(comp.commands)
+        used = np.zeros(n, dtype=bool)
+        for c, k in args:
+            if not 0 <= k < n:
+                raise ComputationCheckError(f"indexes index {k} out of range", c)
+            used[k] = True
+        old_to_new, kept = _dedup_arrays(comp.indexes, used)
+        if len(kept) == n:
+            return
+        comp.indexes = [comp.indexes[i] for i in kept]
+        self._renumber_table_args(args, old_to_new, 2)
+
+    def renumber_indexes_ranges(self) -> None:
+        comp = self.computation
+        n = len(comp.indexes_ranges)
+        if n == 0:
+            return
+        args = identify_indexes_ranges_args(comp.commands)
+        used = np.zeros(n, dtype=bool)
+        for c, k in args:
+            if not 0 <= k < n:
+                raise ComputationCheckError(f"indexes_ranges index {k} out of range", c)
+            used[k] = True
+        old_to_new, kept = _dedup_arrays(comp.indexes_ranges, used)
+        if len(kept) == n:
+            return
+        comp.indexes_ranges = [comp.indexes_ranges[i] for i in kept]
+        self._renumber_table_args(args, old_to_new, 2)
+
+    # -- memos -------------------------------------------------------------------
+    def renumber_memos(self) -> None:
+        """Number the memos 1, 2, ... in the order of the Propagate commands
+        that create them (Backprop commands name the same number)."""
+        commands = self.computation.commands
+        propagate_of: dict[int, int] = {}
+        backprop_of: dict[int, int] = {}
+        order: list[int] = []
+        for c, cmd in enumerate(commands):
+            if cmd.command_type is T.PROPAGATE and cmd.arg5 > 0:
+                if cmd.arg5 in propagate_of:
+                    raise ComputationCheckError(f"memo {cmd.arg5} is created twice", c)
+                propagate_of[cmd.arg5] = c
+                order.append(cmd.arg5)
+            elif (cmd.command_type is T.BACKPROP
+                  or cmd.command_type is T.BACKPROP_NO_MODEL_UPDATE) and cmd.arg7 > 0:
+                # (Kaldi looks at kBackprop only; no component that uses a
+                # memo is updatable, so the other kind never has one there.)
+                if cmd.arg7 not in propagate_of or cmd.arg7 in backprop_of:
+                    raise ComputationCheckError(f"memo {cmd.arg7} used by a Backprop without "
+                                                "exactly one Propagate before it", c)
+                backprop_of[cmd.arg7] = c
+        for new, memo in enumerate(order, start=1):
+            if memo not in backprop_of:
+                raise ComputationCheckError(f"a Propagate creates memo {memo} but no Backprop "
+                                            "uses it", propagate_of[memo])
+            if new != memo:
+                p, b = propagate_of[memo], backprop_of[memo]
+                commands[p] = commands[p].with_args(arg5=new)
+                commands[b] = commands[b].with_args(arg7=new)
+
+
+def renumber_computation(computation: NnetComputation) -> None:
+    """Kaldi's RenumberComputation: drop unused and duplicate submatrices,
+    matrices and index tables and renumber memos, in place.  Leaves no-op
+    commands where they are (see :func:`remove_no_ops`)."""
+    ComputationRenumberer(computation).renumber()
+
+
+def remove_no_ops(computation: NnetComputation) -> None:
+    """Kaldi's RemoveNoOps: delete the NoOperation commands (the permanent,
+    marker and label kinds stay)."""
+    computation.commands = [c for c in computation.commands
+                            if c.command_type is not T.NO_OPERATION]
+
+
+# ---------------------------------------------------------------------------
+# Unused matrices
+
+
+def matrix_is_unused(analyzer: Analyzer, computation: NnetComputation, m: int) -> bool:
+    """Kaldi's MatrixIsUnused: matrix m is neither input nor output and is
+    touched only by no-ops and SetConst (besides allocation/deallocation)."""
+    accesses = analyzer.matrix_accesses[m]
+    if accesses.is_input or accesses.is_output:
+        return False
+    for access in accesses.accesses:
+        t = computation.commands[access.command_index].command_type
+        if t is not T.NO_OPERATION and t is not T.SET_CONST:
+            return False
+    return True
+
+
+def remove_commands_for_unused_matrix(analyzer: Analyzer, m: int,
+                                      computation: NnetComputation) -> None:
+    """Kaldi's RemoveCommandsForUnusedMatrix: turn the allocation,
+    deallocation and SetConst commands of an unused matrix into no-ops."""
+    accesses = analyzer.matrix_accesses[m]
+    commands = computation.commands
+    no_op = Command(T.NO_OPERATION)
+
+    def remove(c: int, allowed: Iterable[CommandType]) -> None:
+        if commands[c].command_type not in allowed:
+            raise ComputationCheckError(f"unexpected command for unused matrix m{m}", c)
+        commands[c] = no_op
+
+    if accesses.allocate_command >= 0:
+        remove(accesses.allocate_command, (T.NO_OPERATION, T.ALLOC_MATRIX))
+    if accesses.deallocate_command >= 0:
+        remove(accesses.deallocate_command, (T.NO_OPERATION, T.DEALLOC_MATRIX))
+    for access in accesses.accesses:
+        remove(access.command_index, (T.NO_OPERATION, T.SET_CONST))
+
+
+# ---------------------------------------------------------------------------
+# Inserting commands
+
+
+def insert_commands(new_commands: Sequence[tuple[int, Command]],
+                    computation: NnetComputation) -> None:
+    """Kaldi's InsertCommands: each (c, command) goes just before the command
+    now at position c (c == len(commands) appends); pairs with the same c
+    keep their relative order.  Fixes the target of a final GotoLabel."""
+    if not new_commands:
+        return
+    old = computation.commands
+    n = len(old)
+    ordered = sorted(new_commands, key=lambda p: p[0])   # stable
+    if ordered[0][0] < 0 or ordered[-1][0] > n:
+        raise ValueError(f"insert position out of range [0, {n}]")
+    merged: list[Command] = []
+    j = 0
+    for c in range(n + 1):
+        while j < len(ordered) and ordered[j][0] <= c:
+            merged.append(ordered[j][1])
+            j += 1
+        if c < n:
+            merged.append(old[c])
+    computation.commands = merged
+    fix_goto_label_if_any(computation)
+
+
+def fix_goto_label_if_any(computation: NnetComputation) -> None:
+    """Kaldi's FixGotoLabel where a computation has a GotoLabel.  That pass
+    belongs to the looped-computation optimizer (optimize/looped.py), the
+    only pass that creates GotoLabel commands, so without that module there
+    is nothing to fix."""
+    if not any(c.command_type is T.GOTO_LABEL for c in computation.commands):
+        return
+    try:
+        from .looped import fix_goto_label
+    except ImportError as e:
+        raise ComputationCheckError("computation has a GotoLabel command but "
+                                    "pynnet3.optimize.looped (fix_goto_label) is missing") from e
+    fix_goto_label(computation)
