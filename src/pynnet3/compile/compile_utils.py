@@ -21,6 +21,7 @@ import numpy as np
 from ..errors import PynnetError
 from ..log import warn
 from ..nnet.index import K_NO_TIME, Index
+from ..std_order import iteration_order
 
 __all__ = [
     "PairLists", "split_locations", "split_locations_backward", "convert_to_indexes",
@@ -117,17 +118,26 @@ def _get_submat_counts(lists: PairLists) -> list[int]:
     """Submatrix indexes occurring in more than half as many places as there
     are rows (Kaldi's GetSubmatCounts); they get AddRows commands of their own.
 
-    Kaldi lists them in the (unspecified) order of an unordered_map; we use
-    ascending submatrix index.
+    Kaldi collects them from a ``std::unordered_map`` filled in row-major
+    order and emits them in its iteration order, which decides the order of
+    the Sum terms in the computation; we reproduce that order.
     """
     if lists.pairs.shape[0] == 0:
         return []
     firsts = lists.pairs[:, 0]
     if firsts.min() < 0:
         raise PynnetError("split_locations: -1 is not expected in the input lists")
-    values, counts = np.unique(firsts, return_counts=True)
+    values, first_pos, counts = np.unique(firsts, return_index=True, return_counts=True)
     cutoff = lists.num_rows // 2
-    return values[counts > cutoff].tolist()
+    large = set(values[counts > cutoff].tolist())
+    if not large:
+        return []
+    insert_order = values[np.argsort(first_pos)].tolist()
+    try:
+        order = iteration_order(insert_order, hash_fn=int)
+    except NotImplementedError:  # more keys than the modelled bucket sizes
+        order = sorted(insert_order)
+    return [k for k in order if k in large]
 
 
 def _separate_submats_with_large_counts(
