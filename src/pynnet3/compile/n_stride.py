@@ -1,0 +1,270 @@
+"""The regular 'n' structure that shortcut compilation relies on.
+
+Shortcut compilation (see :mod:`pynnet3.compile.shortcut`) compiles a
+request with two sequences (n = 0, 1) and stretches the result to N
+sequences.  That only works when every vector of Indexes (or Cindexes) is
+laid out regularly in n: copies of the same (t, x) [and node] that differ
+only in n sit a fixed distance apart (the *n-stride*), and the rows come in
+blocks of ``n_stride * N`` that those strides never cross.  This module
+finds that stride (Kaldi's FindNStride), re-lays vectors for another number
+of n values (ConvertNumNValues), and holds the column form of cindex lists
+that the expander works on.
+
+Everything here is vectorised: the vectors are arrays with columns
+``n, t, x`` (Indexes) or ``node, n, t, x`` (Cindexes), because an expanded
+64-sequence training computation has over a million cindexes.
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import itertools
+import operator
+from typing import Any, Callable, Iterator, Sequence, overload
+
+import numpy as np
+
+from ..nnet.index import Index
+
+_TUPLE_NEW = tuple.__new__
+_FIRST = operator.itemgetter(0)
+_SECOND = operator.itemgetter(1)
+
+# Column of 'n' in an index array (n, t, x) and in a cindex array (node, n, t, x).
+INDEX_N_COL = 0
+CINDEX_N_COL = 1
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while many small tuples are made.
+
+    Making a million Index tuples otherwise triggers repeated full
+    collections whose cost grows with the heap; the tuples form no cycles,
+    so nothing is lost by collecting later.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def index_array(indexes: Sequence[Index]) -> np.ndarray:
+    """Indexes as an int32 array of shape (len, 3) with columns n, t, x."""
+    if isinstance(indexes, IndexList):
+        return indexes.array
+    num = len(indexes)
+    flat = np.fromiter(itertools.chain.from_iterable(indexes), dtype=np.int64, count=3 * num)
+    return flat.astype(np.int32).reshape(num, 3)
+
+
+def cindex_array(cindexes: Sequence[tuple[int, Index]]) -> np.ndarray:
+    """Cindexes (node, Index) as an int32 array of shape (len, 4): node, n, t, x."""
+    if isinstance(cindexes, CindexList):
+        return cindexes.array
+    num = len(cindexes)
+    out = np.empty((num, 4), dtype=np.int32)
+    out[:, 0] = np.fromiter(map(_FIRST, cindexes), dtype=np.int64, count=num)
+    out[:, 1:] = np.fromiter(itertools.chain.from_iterable(map(_SECOND, cindexes)),
+                             dtype=np.int64, count=3 * num).reshape(num, 3)
+    return out
+
+
+def find_n_stride(arr: np.ndarray, n_col: int, full_check: bool = True) -> int:
+    """Kaldi's FindNStride on an index array (n_col=0) or cindex array (n_col=1).
+
+    Returns the n-stride, or 0 when the rows lack the regular structure.
+    N is one more than the n of the last row.  Kaldi checks five random rows
+    when ``full_check`` is false; every row is checked here either way (the
+    check is vectorised, so it costs little) and the result is then
+    deterministic -- ``full_check`` is kept for readers of Kaldi's code.
+    """
+    del full_check
+    size = arr.shape[0]
+    if size == 0:
+        raise ValueError("find_n_stride: empty vector of indexes")
+    n = arr[:, n_col]
+    num_n = int(n[-1]) + 1
+    if num_n <= 1:
+        return 0
+    if n[0] != 0 or size % num_n != 0:
+        return 0
+    # Rows equal to the first row with n = 1: candidates for the stride.
+    others = np.delete(arr, n_col, axis=1)
+    cand = np.all(others == others[0], axis=1) & (n == 1)
+    per_n = size // num_n
+    if cand[1]:
+        n_stride = 1
+    elif cand[per_n]:
+        n_stride = per_n
+    else:
+        # Kaldi tries strides 2, 3, ... below size/N that divide the size.
+        strides = np.arange(2, per_n)
+        ok = strides[(size % strides == 0) & cand[2:per_n]]
+        if ok.size == 0:
+            return 0
+        n_stride = int(ok[0])
+    return n_stride if _stride_is_consistent(others, n, num_n, n_stride) else 0
+
+
+def _stride_is_consistent(others: np.ndarray, n: np.ndarray, num_n: int, s: int) -> bool:
+    """Kaldi's checking phase of FindNStride, for every row at once."""
+    size = n.shape[0]
+    # step_ok[i]: row i+s is row i with n one larger (for 0 <= i < size - s).
+    step_ok = np.all(others[:-s] == others[s:], axis=1) & (n[s:] == n[:-s] + 1) \
+        if s < size else np.zeros(0, dtype=bool)
+    pos = np.arange(size)
+    # Rows with n < N-1 need their successor at i + s.
+    fwd = n < num_n - 1
+    fwd_ok = np.zeros(size, dtype=bool)
+    fwd_ok[:size - s] = step_ok
+    if np.any(fwd & ~fwd_ok):
+        return False
+    # Rows with n > 0 (Kaldi: every n != 0, negative ones too) need their
+    # predecessor at i - s.
+    bwd = n != 0
+    bwd_ok = np.zeros(size, dtype=bool)
+    bwd_ok[s:] = step_ok
+    if np.any(bwd & ~bwd_ok):
+        return False
+    # Rows with n == 0 start a run of N rows that stays inside one block.
+    block = s * num_n
+    zero = pos[n == 0]
+    return bool(np.all(zero // block == (zero + s * (num_n - 1)) // block))
+
+
+def convert_num_n_values(n_stride: int, old_num_n: int, new_num_n: int,
+                         arr: np.ndarray, n_col: int) -> np.ndarray:
+    """Kaldi's ConvertNumNValues: the same rows for n in [0, new_num_n).
+
+    ``arr`` must have n-stride ``n_stride`` and n values [0, old_num_n); the
+    result keeps the stride and the block layout.
+    """
+    size_in = arr.shape[0]
+    if size_in == 0 or arr[-1, n_col] != old_num_n - 1:
+        raise ValueError("convert_num_n_values: indexes do not end with n = old_num_n - 1")
+    block_in, block_out = n_stride * old_num_n, n_stride * new_num_n
+    zero = np.flatnonzero(arr[:, n_col] == 0)
+    start = (zero // block_in) * block_out + zero % block_in
+    return _place_copies(arr[zero], n_col, start, n_stride, new_num_n,
+                         (size_in // old_num_n) * new_num_n)
+
+
+def expand_rows_by_n(arr: np.ndarray, n_col: int, n_stride: int, new_row_of_n0: np.ndarray,
+                     num_n: int, num_rows_out: int) -> np.ndarray:
+    """Rows of an n in {0,1} array placed for ``num_n`` values of n.
+
+    Row r (with n == 0) of ``arr`` goes to rows ``new_row_of_n0[r] + k *
+    n_stride`` with n = k; rows with n == 1 are implied by the n == 0 ones.
+    """
+    zero = np.flatnonzero(arr[:, n_col] == 0)
+    return _place_copies(arr[zero], n_col, new_row_of_n0[zero].astype(np.int64), n_stride,
+                         num_n, num_rows_out)
+
+
+def _place_copies(base: np.ndarray, n_col: int, start: np.ndarray, n_stride: int, num_n: int,
+                  num_rows_out: int) -> np.ndarray:
+    """out[start[i] + k * n_stride] = base[i] with n = k, for k < num_n."""
+    k, cols = base.shape
+    ns = np.arange(num_n, dtype=np.int64)
+    rows = (start[:, None] + n_stride * ns[None, :]).ravel()
+    out = np.empty((num_rows_out, cols), dtype=base.dtype)
+    out[rows] = np.broadcast_to(base[:, None, :], (k, num_n, cols)).reshape(k * num_n, cols)
+    out[rows, n_col] = np.broadcast_to(ns[None, :], (k, num_n)).ravel()
+    return out
+
+
+class _ArrayBackedList(Sequence):
+    """A read-only list held as an int32 array; Python objects are made on demand.
+
+    Expanded computations have millions of cindexes that nothing may ever
+    look at (the executor does not); building the tuples only when somebody
+    reads them keeps shortcut expansion fast.
+    """
+
+    __slots__ = ("_array", "_factory", "_len", "_items")
+
+    def __init__(self, array: np.ndarray | None = None, *,
+                 factory: Callable[[], np.ndarray] | None = None, length: int = -1) -> None:
+        """Either ``array``, or ``factory`` (called once, on first use) and ``length``."""
+        if (array is None) == (factory is None):
+            raise ValueError("give either an array or a factory")
+        self._array = array
+        self._factory = factory
+        self._len = int(array.shape[0]) if array is not None else length
+        self._items: list | None = None
+
+    @property
+    def array(self) -> np.ndarray:
+        if self._array is None:
+            assert self._factory is not None
+            self._array = self._factory()
+            self._factory = None
+            if self._array.shape[0] != self._len:
+                raise ValueError("lazy list: the factory made the wrong number of rows")
+        return self._array
+
+    def _make_items(self) -> list:
+        raise NotImplementedError
+
+    def items(self) -> list:
+        if self._items is None:
+            self._items = self._make_items()
+        return self._items
+
+    def __len__(self) -> int:
+        return self._len
+
+    @overload
+    def __getitem__(self, i: int) -> Any: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list: ...
+
+    def __getitem__(self, i):
+        return self.items()[i]
+
+    def __iter__(self) -> Iterator:
+        return iter(self.items())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, _ArrayBackedList):
+            return self.array.shape == other.array.shape and bool(np.all(self.array == other.array))
+        if isinstance(other, (list, tuple)):
+            return self.items() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(len={len(self)})"
+
+
+def _indexes_from_columns(n: list[int], t: list[int], x: list[int]) -> list[Index]:
+    """Index objects from three columns, made at C speed (tuple.__new__ over
+    zip skips the Python-level NamedTuple constructor; ~3x faster)."""
+    with gc_paused():
+        return list(map(_TUPLE_NEW, itertools.repeat(Index), zip(n, t, x)))
+
+
+class IndexList(_ArrayBackedList):
+    """A list of :class:`Index` backed by an (len, 3) array n, t, x."""
+
+    __slots__ = ()
+
+    def _make_items(self) -> list:
+        return _indexes_from_columns(*self.array.T.tolist())
+
+
+class CindexList(_ArrayBackedList):
+    """A list of (node, Index) backed by an (len, 4) array node, n, t, x."""
+
+    __slots__ = ()
+
+    def _make_items(self) -> list:
+        cols = self.array.T.tolist()
+        with gc_paused():
+            return list(zip(cols[0], _indexes_from_columns(*cols[1:])))
