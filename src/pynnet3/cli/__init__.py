@@ -10,4 +10,11 @@ BINARIES = {
     "nnet3-copy": "pynnet3.cli.copy:main",
     "nnet3-am-copy": "pynnet3.cli.am_copy:main",
     "nnet3-am-info": "pynnet3.cli.am_info:main",
+    "nnet3-compile": "pynnet3.cli.compile:main",
+    "nnet3-get-egs": "pynnet3.cli.get_egs:main",
+    "nnet3-get-egs-dense-targets": "pynnet3.cli.get_egs_dense_targets:main",
+    "nnet3-copy-egs": "pynnet3.cli.copy_egs:main",
+    "nnet3-shuffle-egs": "pynnet3.cli.shuffle_egs:main",
+    "nnet3-merge-egs": "pynnet3.cli.merge_egs:main",
+    "nnet3-compute": "pynnet3.cli.compute:main",
 }

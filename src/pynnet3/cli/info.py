@@ -1,4 +1,5 @@
-"""nnet3-info: print a summary of a raw nnet3 network (or the Nnet of an .mdl)."""
+"""nnet3-info: print a summary of a raw nnet3 network (or the Nnet of an .mdl),
+or of a computation written by nnet3-compile."""
 from __future__ import annotations
 
 import sys
@@ -8,23 +9,65 @@ import click
 from .common import check_num_args, kaldi_command, run
 
 USAGE = """Print some text information about 'raw' nnet3 neural network, to
-standard output
+standard output.  Given a computation written by nnet3-compile, print its
+summary (counts of commands, matrices, elements); given a network and a
+computation, print the computation in Kaldi's format followed by the summary.
 
 \b
 Usage:  nnet3-info [options] <raw-nnet>
+        nnet3-info [options] [<raw-nnet>] <computation>
 e.g.:
  nnet3-info 0.raw
-See also: nnet3-am-info"""
+ nnet3-info 0.raw train.cmp
+See also: nnet3-am-info, nnet3-compile"""
+
+# NnetComputation.to_bytes() is a NumPy .npz, i.e. a zip archive.
+_ZIP_MAGIC = b"PK\x03\x04"
 
 
 @kaldi_command(USAGE)
 @click.argument("args", nargs=-1)
 def command(args: tuple[str, ...]) -> None:
-    check_num_args(args, (1,))
-    from ..nnet.model_io import read_nnet
+    check_num_args(args, (1, 2))
+    from ..compile.computation import NnetComputation
+    from ..errors import UsageError
+    from ..kaldi_io import read_rxfilename
+    from ..nnet.model_io import nnet_from_bytes
 
-    sys.stdout.write(read_nnet(args[0]).info())
+    data = read_rxfilename(args[-1])
+    if not data.startswith(_ZIP_MAGIC):
+        if len(args) == 2:
+            raise UsageError(f"{args[1]} is not a computation written by nnet3-compile")
+        sys.stdout.write(nnet_from_bytes(data, args[0]).info())
+        sys.stdout.flush()
+        return
+    computation = NnetComputation.from_bytes(data, args[-1])
+    if len(args) == 2:
+        nnet = nnet_from_bytes(read_rxfilename(args[0]), args[0])
+        _check_fits(computation, nnet, args)
+        sys.stdout.write(computation.print(nnet.component_names, nnet.node_names))
+    sys.stdout.write(computation.summary())
     sys.stdout.flush()
+
+
+def _check_fits(computation, nnet, args: tuple[str, ...]) -> None:
+    """The printer indexes the network's names; a mismatched pair fails clearly."""
+    from ..compile.computation import CommandType
+    from ..errors import UsageError
+
+    for c in computation.commands:
+        t = c.command_type
+        if t in (CommandType.PROPAGATE, CommandType.BACKPROP,
+                 CommandType.BACKPROP_NO_MODEL_UPDATE) and c.arg1 >= nnet.num_components():
+            raise UsageError(f"computation {args[1]} refers to component {c.arg1} but "
+                             f"{args[0]} has {nnet.num_components()} components")
+        if t in (CommandType.ACCEPT_INPUT, CommandType.PROVIDE_OUTPUT) and \
+                c.arg2 >= nnet.num_nodes():
+            raise UsageError(f"computation {args[1]} refers to node {c.arg2} but "
+                             f"{args[0]} has {nnet.num_nodes()} nodes")
+    for d in computation.matrix_debug_info:
+        if d.cindexes and max(node for node, _ in d.cindexes) >= nnet.num_nodes():
+            raise UsageError(f"computation {args[1]} does not belong to network {args[0]}")
 
 
 def main() -> int:

@@ -1,14 +1,24 @@
 """Reading and writing whole model files (``.raw`` and ``.mdl``), text or binary."""
 from __future__ import annotations
 
-from ..kaldi_io import KaldiWriter, kaldi_object_bytes, open_kaldi_object, write_wxfilename
+from ..kaldi_io import (BINARY_HEADER, KaldiReader, KaldiWriter, kaldi_object_bytes,
+                        open_kaldi_object, write_wxfilename)
 from .nnet import Nnet
 
 
 def read_nnet(rxfilename: str) -> Nnet:
     """A raw Nnet; like Kaldi, an ``.mdl`` (TransitionModel + AmNnetSimple) is
     accepted too and its Nnet returned."""
-    r = open_kaldi_object(rxfilename)
+    return _read_nnet_from(open_kaldi_object(rxfilename))
+
+
+def nnet_from_bytes(data: bytes, where: str = "<nnet>") -> Nnet:
+    """:func:`read_nnet` of a file's bytes already in memory."""
+    binary = data.startswith(BINARY_HEADER)
+    return _read_nnet_from(KaldiReader(data, binary, where, pos=2 if binary else 0))
+
+
+def _read_nnet_from(r: KaldiReader) -> Nnet:
     if r.peek_token() == "<TransitionModel>":
         from .am_nnet import read_mdl_from
 

@@ -560,3 +560,37 @@ class MatrixHolder:
 
 GENERAL_MATRIX_HOLDER = GeneralMatrixHolder()
 MATRIX_HOLDER = MatrixHolder()
+
+
+class VectorHolder:
+    """Kaldi's BaseFloatVector holder: a float32 NumPy vector (``FV``/``DV``/text)."""
+
+    name = "Vector"
+
+    @staticmethod
+    def read(r: KaldiReader):
+        return r.read_vector()
+
+    @staticmethod
+    def write(w: KaldiWriter, obj) -> None:
+        w.write_vector(obj)
+
+
+class TokenHolder:
+    """Kaldi's TokenHolder (e.g. utt2spk archives): one whitespace-free token per key."""
+
+    name = "Token"
+
+    @staticmethod
+    def read(r: KaldiReader) -> str:
+        return r.read_token()
+
+    @staticmethod
+    def write(w: KaldiWriter, obj: str) -> None:
+        if not is_token(obj):
+            raise FormatError(f"invalid token '{obj}'")
+        w.write_raw(obj + "\n")
+
+
+VECTOR_HOLDER = VectorHolder()
+TOKEN_HOLDER = TokenHolder()

@@ -8,8 +8,12 @@ needs.  A backend is chosen once, by name, with :func:`get_backend`:
 
 * ``reference`` (:mod:`.reference`): plain NumPy.  It is the definition of
   every operation; the other backends are tested against it.
-* ``cpu`` / ``cuda`` (Numba, added later as ``cpu.py`` / ``cuda.py``): same
-  interface, same results up to float rounding.
+* ``cpu`` (:mod:`.cpu`): the same NumPy matrices, operations as
+  ``@numba.njit`` kernels.
+* ``cuda`` (:mod:`.cuda`): device matrices, ``@numba.cuda.jit`` kernels.
+
+Same interface, same results up to float rounding.  :func:`select_backend`
+maps Kaldi's ``--use-gpu`` option onto ``cpu`` / ``cuda``.
 
 Conventions shared by every backend
 -----------------------------------
@@ -31,6 +35,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any, Protocol, runtime_checkable
 
+from ... import log
 from ...errors import PynnetError
 
 
@@ -171,3 +176,41 @@ def get_backend(name: "str | Backend" = "reference") -> Backend:
     backend = module.BACKEND_CLASS()
     _INSTANCES[name] = backend
     return backend
+
+
+USE_GPU_CHOICES = ("yes", "no", "optional", "wait")
+
+
+def cuda_unavailable_reason() -> str | None:
+    """Why the cuda backend cannot run in this process, or None if it can."""
+    try:
+        from .cuda import cuda_unavailable_reason as reason
+    except ImportError as e:
+        return f"numba.cuda cannot be imported: {e}"
+    return reason()
+
+
+def select_backend(use_gpu: str) -> Backend:
+    """The backend for Kaldi's ``--use-gpu`` (CuDevice::SelectGpuId):
+
+    * ``no``: the cpu backend.
+    * ``yes``: the cuda backend; a PynnetError if no usable GPU.
+    * ``optional``: cuda if usable, else cpu with a warning (Kaldi warns).
+    * ``wait``: as ``yes``.  Kaldi's ``wait`` retries until a GPU in
+      compute-exclusive mode becomes free; with no GPU at all it fails as
+      ``yes`` does, and pynnet3 does not manage exclusive-mode contention, so
+      the two are the same here.
+    """
+    if use_gpu not in USE_GPU_CHOICES:
+        raise PynnetError(f"Please choose : --use-gpu=yes|no|optional|wait, passed '{use_gpu}'")
+    if use_gpu == "no":
+        log.log("Manually selected to compute on CPU.")
+        return get_backend("cpu")
+    reason = cuda_unavailable_reason()
+    if reason is None:
+        return get_backend("cuda")
+    if use_gpu == "optional":
+        log.warn(f"No CUDA GPU detected; running on CPU since --use-gpu=optional specified. "
+                 f"({reason})")
+        return get_backend("cpu")
+    raise PynnetError(f"No CUDA GPU detected! (--use-gpu={use_gpu}: {reason})")
