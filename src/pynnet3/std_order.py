@@ -16,7 +16,9 @@ from typing import Hashable
 _PRIMES = [2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71, 73, 79,
            83, 89, 97, 103, 109, 113, 127, 137, 139, 149, 157, 167, 179, 193, 199, 211, 227, 241,
            257, 277, 293, 313, 337, 359, 383, 409, 439, 467, 503, 541, 577, 619, 661, 709, 761,
-           823, 887, 953, 1031, 1109, 1187, 1277, 1361, 1459, 1567, 1693, 1823, 1931, 2053]
+           823, 887, 953, 1031, 1109, 1187, 1277, 1361, 1459, 1567, 1693, 1823, 1931, 2053,
+           # beyond here only the counts reached by doubling (checked with g++ 12)
+           2357, 5087, 10273, 20753, 42043, 85229, 172933, 351061, 712697, 1447153, 2938679]
 _FAST_BKT = [2, 2, 2, 3, 5, 5, 7, 7, 11, 11, 11, 11, 13, 13]
 
 
@@ -40,7 +42,7 @@ class StdUnorderedOrder:
             return _FAST_BKT[n]
         i = bisect.bisect_left(_PRIMES, n, lo=6)
         if i >= len(_PRIMES):
-            raise NotImplementedError("more than 2053 distinct keys in StdUnorderedOrder")
+            raise NotImplementedError("more distinct keys than StdUnorderedOrder models")
         self.next_resize = _PRIMES[i]
         return _PRIMES[i]
 

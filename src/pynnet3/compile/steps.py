@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from ..std_order import iteration_order
 from ..errors import PynnetError
 from ..nnet.components.base import Prop
 from ..nnet.graph import compute_nnet_computation_epochs
@@ -333,51 +334,13 @@ def compute_computation_phases(nnet: "Nnet", graph: ComputationGraph) -> list[li
     return ans
 
 
-# -- libstdc++'s unordered_set<int> iteration order ------------------------------------
-
-# Bucket counts libstdc++ (GCC 12) goes through while ints are inserted one by
-# one into a default-constructed std::unordered_set (max load factor 1).
-_LIBSTDCXX_BUCKET_COUNTS = (13, 29, 59, 127, 257, 541, 1109, 2357, 5087, 10273, 20753, 42043,
-                            85229, 172933, 351061, 712697, 1447153, 2938679)
-
-
 def unordered_set_iteration_order(values: Sequence[int]) -> list[int]:
     """The order a libstdc++ ``std::unordered_set<int32>`` visits ``values`` in.
 
     Kaldi's ProcessDimRangeSubPhase walks such a set of source steps, and the
     order decides the order of the dim-range steps (hence matrix numbers).
-    libstdc++ keeps one singly linked list; a value whose bucket is empty goes
-    to the front of the list, otherwise to the front of its bucket's run.
-    Rehashing re-inserts the list in its current order by the same rule.
     """
-    order: list[int] = []
-    seen: set[int] = set()
-    num_buckets = 1
-    growth = iter(_LIBSTDCXX_BUCKET_COUNTS)
-
-    def insert(lst: list[int], first_of: dict[int, int], v: int, nb: int) -> None:
-        b = (v % (1 << 64)) % nb   # std::hash<int> is the value as size_t
-        if b in first_of:
-            lst.insert(lst.index(first_of[b]), v)
-        else:
-            lst.insert(0, v)
-        first_of[b] = v
-
-    first_of: dict[int, int] = {}
-    for v in values:
-        v = int(v)
-        if v in seen:
-            continue
-        if len(order) + 1 > (num_buckets if num_buckets > 1 else 0):
-            num_buckets = next(growth)
-            new_order: list[int] = []
-            first_of = {}
-            for p in order:
-                insert(new_order, first_of, p, num_buckets)
-            order = new_order
-        insert(order, first_of, v, num_buckets)
-        seen.add(v)
-    return order
+    return iteration_order([int(v) for v in values], hash_fn=int)
 
 
 # -- steps -------------------------------------------------------------------------------
