@@ -1,0 +1,181 @@
+"""What nnet3-compute does: run a network over every utterance of a feature
+table and write one output matrix per utterance (Kaldi's nnet3-compute.cc).
+
+:func:`nnet3_compute` reads the model (a raw network, or with
+``use_priors`` an ``.mdl`` whose priors are divided out), prepares it for
+test as Kaldi does (batch-norm and dropout test mode, CollapseModel),
+builds one computation cache for the whole run, and evaluates each
+utterance with :class:`~pynnet3.compute.decodable.DecodableNnetSimple`,
+with its iVector (per utterance, or per speaker through ``utt2spk``) or its
+online iVectors.  It logs Kaldi's end-of-run lines and reports progress
+through an optional callback (the command line draws a progress bar with
+it); it never prints.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from .. import log
+from ..errors import ConfigError, PynnetError
+from .decodable import DecodableNnetSimple, NnetSimpleComputationOptions, prepare_nnet_for_test
+
+__all__ = ["Nnet3ComputeConfig", "Nnet3ComputeResult", "nnet3_compute", "MappedVectorReader"]
+
+# progress(key, number of input frames) after each utterance written
+ProgressFn = Callable[[str, int], None]
+
+
+@dataclass
+class Nnet3ComputeConfig:
+    """The options of nnet3-compute besides the computation options."""
+
+    opts: NnetSimpleComputationOptions = field(
+        default_factory=lambda: NnetSimpleComputationOptions(acoustic_scale=1.0))
+    ivector_rspecifier: str = ""
+    utt2spk_rspecifier: str = ""
+    online_ivector_rspecifier: str = ""
+    online_ivector_period: int = 0
+    apply_exp: bool = False
+    use_priors: bool = False
+    # A backend name or object (pynnet3.compute.backend); None: the Kaldi
+    # --use-gpu selection is done by the caller.
+    backend: Any = "reference"
+    # The on-disk computation cache (pynnet3.cache); None: its default place.
+    cache_dir: str | None = None
+    use_disk_cache: bool = True
+
+
+@dataclass
+class Nnet3ComputeResult:
+    num_success: int = 0
+    num_fail: int = 0
+    frame_count: int = 0
+    seconds: float = 0.0
+
+
+class MappedVectorReader:
+    """Kaldi's RandomAccessBaseFloatVectorReaderMapped: vectors looked up by
+    utterance, or by the utterance's speaker when an utt2spk table is given."""
+
+    def __init__(self, vector_rspecifier: str, utt2spk_rspecifier: str = "") -> None:
+        from ..train.table import TOKEN_HOLDER, VECTOR_HOLDER, RandomAccessTableReader
+
+        self.reader = RandomAccessTableReader(vector_rspecifier, VECTOR_HOLDER)
+        self.utt2spk = (RandomAccessTableReader(utt2spk_rspecifier, TOKEN_HOLDER)
+                        if utt2spk_rspecifier else None)
+
+    def _key(self, utt: str) -> str | None:
+        if self.utt2spk is None:
+            return utt
+        if not self.utt2spk.has_key(utt):
+            return None
+        return self.utt2spk.value(utt)
+
+    def has_key(self, utt: str) -> bool:
+        key = self._key(utt)
+        return key is not None and self.reader.has_key(key)
+
+    def value(self, utt: str) -> np.ndarray:
+        key = self._key(utt)
+        if key is None:
+            raise PynnetError(f"no speaker for utterance {utt} in the utt2spk table")
+        return self.reader.value(key)
+
+    def close(self) -> None:
+        self.reader.close()
+        if self.utt2spk is not None:
+            self.utt2spk.close()
+
+
+def read_model(rxfilename: str, use_priors: bool) -> tuple[Any, np.ndarray]:
+    """(network, priors): a raw network and no priors, or with ``use_priors``
+    the network and priors of an ``.mdl`` (TransitionModel + AmNnetSimple)."""
+    if use_priors:
+        from ..nnet.am_nnet import read_mdl
+
+        try:
+            _, am, _ = read_mdl(rxfilename)
+        except PynnetError as e:
+            raise PynnetError(f"--use-priors=true needs an .mdl file (transition model + "
+                              f"acoustic model): {e}") from e
+        return am.nnet, np.asarray(am.priors, dtype=np.float32)
+    from ..nnet.model_io import read_nnet
+
+    return read_nnet(rxfilename), np.zeros(0, dtype=np.float32)
+
+
+def nnet3_compute(config: Nnet3ComputeConfig, nnet_rxfilename: str, feature_rspecifier: str,
+                  matrix_wspecifier: str, progress: ProgressFn | None = None
+                  ) -> Nnet3ComputeResult:
+    """Kaldi's nnet3-compute main loop; see the module docstring."""
+    from ..cache import CachingCompiler
+    from ..train.table import MATRIX_HOLDER, RandomAccessTableReader, SequentialTableReader, \
+        TableWriter
+
+    start = time.perf_counter()
+    if config.online_ivector_rspecifier and config.ivector_rspecifier:
+        raise ConfigError("give --ivectors or --online-ivectors, not both")
+    if config.online_ivector_rspecifier and config.online_ivector_period <= 0:
+        raise ConfigError("You need to set the --online-ivector-period option!")
+    if config.utt2spk_rspecifier and not config.ivector_rspecifier:
+        log.warn("--utt2spk has no effect without --ivectors")  # Kaldi ignores it silently
+    nnet, priors = read_model(nnet_rxfilename, config.use_priors)
+    prepare_nnet_for_test(nnet)
+    # Fixed once here so that the frames-per-chunk message is logged once.
+    opts = config.opts.check_and_fix_configs(nnet.modulus())
+
+    online_reader = (RandomAccessTableReader(config.online_ivector_rspecifier, MATRIX_HOLDER)
+                     if config.online_ivector_rspecifier else None)
+    ivector_reader = (MappedVectorReader(config.ivector_rspecifier, config.utt2spk_rspecifier)
+                      if config.ivector_rspecifier else None)
+    compiler = CachingCompiler(nnet, opts.compiler_config, opts.optimize_config,
+                               cache_dir=config.cache_dir, use_disk=config.use_disk_cache)
+    result = Nnet3ComputeResult()
+    writer = TableWriter(matrix_wspecifier, MATRIX_HOLDER)
+    try:
+        with SequentialTableReader(feature_rspecifier, MATRIX_HOLDER) as feature_reader:
+            for utt, features in feature_reader:
+                if features.shape[0] == 0:
+                    log.warn(f"Zero-length utterance: {utt}")
+                    result.num_fail += 1
+                    continue
+                ivector = online_ivectors = None
+                if ivector_reader is not None:
+                    if not ivector_reader.has_key(utt):
+                        log.warn(f"No iVector available for utterance {utt}")
+                        result.num_fail += 1
+                        continue
+                    ivector = ivector_reader.value(utt)
+                if online_reader is not None:
+                    if not online_reader.has_key(utt):
+                        log.warn(f"No online iVector available for utterance {utt}")
+                        result.num_fail += 1
+                        continue
+                    online_ivectors = online_reader.value(utt)
+                decodable = DecodableNnetSimple(opts, nnet, priors, features, compiler,
+                                                ivector, online_ivectors,
+                                                config.online_ivector_period, config.backend)
+                matrix = decodable.get_all_output()
+                if config.apply_exp:
+                    np.exp(matrix, out=matrix)
+                writer.write(utt, matrix)
+                result.frame_count += features.shape[0]
+                result.num_success += 1
+                if progress is not None:
+                    progress(utt, features.shape[0])
+    finally:
+        writer.close()
+        for reader in (ivector_reader, online_reader):
+            if reader is not None:
+                reader.close()
+    result.seconds = time.perf_counter() - start
+    rtf = result.seconds * 100.0 / result.frame_count if result.frame_count else float("inf")
+    log.log(f"Time taken {result.seconds:g}s: real-time factor assuming 100 frames/sec is "
+            f"{rtf:g}")
+    log.log(f"Done {result.num_success} utterances, failed for {result.num_fail}")
+    log.log(compiler.timing_summary())
+    return result
