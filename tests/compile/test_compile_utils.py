@@ -7,6 +7,7 @@ import random
 import numpy as np
 import pytest
 
+from pynnet3.std_order import iteration_order
 from pynnet3.compile.compile_utils import (PairLists, convert_to_indexes,
                                            ensure_contiguous_property, has_contiguous_property,
                                            occurrence_rank, split_locations,
@@ -31,7 +32,8 @@ def _ref_split_locations(submat_lists):
     for lst in submat_lists:
         for s, _ in lst:
             counts[s] = counts.get(s, 0) + 1
-    large = sorted(s for s, c in counts.items() if c > num_rows // 2)
+    # Kaldi walks a std::unordered_map filled in row-major order.
+    large = [s for s in iteration_order(list(counts), hash_fn=int) if counts[s] > num_rows // 2]
     if large:
         split = [[(-1, -1)] * num_rows for _ in large]
         reduced = [[] for _ in range(num_rows)]

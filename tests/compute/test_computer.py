@@ -192,6 +192,10 @@ def _kaldi_compress(x: float, kind: CompressedMatrixType, range_: float) -> floa
     return float(F32(F32(q) * scale))
 
 
+_MAX_CODE = {CompressedMatrixType.INT8: 127, CompressedMatrixType.UINT8: 255,
+             CompressedMatrixType.INT16: 32767, CompressedMatrixType.UINT16: 65535}
+
+
 @pytest.mark.parametrize("kind,range_", [(CompressedMatrixType.INT8, 2.0),
                                          (CompressedMatrixType.UINT8, 1.0),
                                          (CompressedMatrixType.INT16, 10.0),
@@ -202,7 +206,7 @@ def test_compression_matches_kaldi_kernel(kind: CompressedMatrixType, range_: fl
     x = (rng.standard_normal((7, 5)) * 3).astype(F32)
     x[0, :3] = [0.0, -0.0, 1e9]
     if range_ > 0:  # exact ties of the rounding
-        scale = F32(F32(range_) / F32({0: 127, 1: 255, 2: 32767, 3: 65535}[int(kind)]))
+        scale = F32(F32(range_) / F32(_MAX_CODE[kind]))
         x[1, :2] = [F32(2.5) * scale, F32(-3.5) * scale]
     backend = get_backend("reference")
     out = np.empty_like(x)
@@ -211,7 +215,7 @@ def test_compression_matches_kaldi_kernel(kind: CompressedMatrixType, range_: fl
     np.testing.assert_array_equal(out, expected)
     if range_ > 0:  # lossy but bounded inside the range
         inside = (x >= (0 if kind.name.startswith("U") else -range_)) & (x <= range_)
-        step = range_ / {0: 127, 1: 255, 2: 32767, 3: 65535}[int(kind)]
+        step = range_ / _MAX_CODE[kind]
         assert np.all(np.abs(out - x)[inside] <= 0.5 * step * (1 + 1e-5))
 
 
