@@ -1,0 +1,336 @@
+"""Single-process SGD training of an nnet3 network on merged examples
+(Kaldi's NnetTrainer, nnet-training.{h,cc}).
+
+For each minibatch (a merged NnetExample) :meth:`NnetTrainer.train`
+
+1. builds the ComputationRequest of the example (model derivative wanted,
+   component stats stored) and compiles it through the CachingCompiler;
+2. runs the forward pass, computes the objective at every output node and
+   hands its derivative back, runs the backward pass.  Backprop adds
+   ``learning_rate * gradient`` (natural-gradient preconditioned where the
+   component does that) into ``delta_nnet``, a zero-scaled copy of the
+   network that also owns the natural-gradient state; statistics (batch-norm,
+   nonlinearity stats) go into the network itself;
+3. adds the l2-regularization term to ``delta_nnet``, adds ``delta_nnet`` to
+   the network with per-component and global max-change (scaled by
+   1 - momentum), decays the batch-norm stats, applies the orthonormal
+   constraint, and scales ``delta_nnet`` by the momentum (0 by default), so
+   that with momentum the next step includes part of this one.
+
+Backstitch training (``backstitch_training_scale`` > 0) replaces step 2-3 on
+every ``backstitch_training_interval``-th minibatch with a small step
+against the gradient followed by a larger step along a new gradient.
+
+Random draws that Kaldi makes with ``RandInt`` (glibc ``rand()``, seeded by
+``--srand``) are drawn from :class:`~pynnet3.train.kaldi_random.GlibcRand` in
+the same order where pynnet3 makes the same draws (the trainer's seed, the
+GetNumNvalues check, the orthonormal constraint's 1-in-4 choice).
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .. import log
+from ..cache import CachingCompiler, CachingCompilerOptions, default_optimize_options
+from ..compute.computer import NnetComputeOptions, NnetComputer
+from ..errors import PynnetError
+from ..nnet.components.base import fmt_g, set_random_seed
+from .cache_file import CacheLocation
+from .eg_request import accept_example_inputs, get_computation_request
+from .kaldi_random import GlibcRand
+from .nnet_update import (MaxChangeStats, apply_l2_regularization, consolidate_memory,
+                          freeze_natural_gradient, get_num_nvalues, reset_generators,
+                          scale_batchnorm_stats, scale_nnet, update_nnet_with_max_change,
+                          zero_component_stats)
+from .objective import compute_objective_function
+from .orthonormal import constrain_orthonormal
+
+if TYPE_CHECKING:
+    from ..nnet.nnet import Nnet
+    from .egs import NnetExample
+
+__all__ = ["NnetTrainerOptions", "NnetTrainer", "ObjectiveFunctionInfo"]
+
+
+def _kaldi_compute_options() -> NnetComputeOptions:
+    # Kaldi's CPU build skips the CompressMatrix commands of memory
+    # compression; doing the same keeps results equal to a CPU Kaldi run.
+    return NnetComputeOptions(compress_matrices=False)
+
+
+@dataclass
+class NnetTrainerOptions:
+    """Kaldi's NnetTrainerOptions: same names (with underscores), same defaults."""
+
+    zero_component_stats: bool = True
+    store_component_stats: bool = True
+    print_interval: int = 100
+    debug_computation: bool = False
+    momentum: float = 0.0
+    l2_regularize_factor: float = 1.0
+    backstitch_training_scale: float = 0.0
+    backstitch_training_interval: int = 1
+    batchnorm_stats_scale: float = 0.8
+    read_cache: str = ""
+    write_cache: str = ""
+    binary_write_cache: bool = True       # accepted for Kaldi's scripts; see cache_file.py
+    max_param_change: float = 2.0
+    optimize_config: Any = None           # OptimizeOptions; None = defaults
+    compute_config: NnetComputeOptions = field(default_factory=_kaldi_compute_options)
+    compiler_config: CachingCompilerOptions = field(default_factory=CachingCompilerOptions)
+
+    def check(self) -> None:
+        if (self.momentum < 0.0 or self.max_param_change < 0.0
+                or self.backstitch_training_interval <= 0):
+            raise PynnetError("need --momentum >= 0, --max-param-change >= 0 and "
+                              "--backstitch-training-interval > 0")
+        if self.print_interval <= 0:
+            raise PynnetError("--print-interval must be positive")
+        if self.backstitch_training_scale > 0.0 and self.momentum != 0.0:
+            raise PynnetError("backstitch training is incompatible with momentum > 0")
+
+
+class ObjectiveFunctionInfo:
+    """Kaldi's ObjectiveFunctionInfo: totals of one output, overall and for
+    the current phase of ``print_interval`` minibatches (double precision)."""
+
+    def __init__(self) -> None:
+        self.current_phase = 0
+        self.minibatches_this_phase = 0
+        self.tot_weight = 0.0
+        self.tot_objf = 0.0
+        self.tot_aux_objf = 0.0
+        self.tot_weight_this_phase = 0.0
+        self.tot_objf_this_phase = 0.0
+        self.tot_aux_objf_this_phase = 0.0
+
+    def update_stats(self, output_name: str, minibatches_per_phase: int, minibatch_counter: int,
+                     this_minibatch_weight: float, this_minibatch_tot_objf: float,
+                     this_minibatch_tot_aux_objf: float = 0.0) -> None:
+        phase = minibatch_counter // minibatches_per_phase
+        if phase != self.current_phase:
+            if phase < self.current_phase:
+                raise PynnetError("minibatch counter went backwards")
+            self.print_stats_for_this_phase(output_name, minibatches_per_phase, phase)
+            self.current_phase = phase
+            self.tot_weight_this_phase = 0.0
+            self.tot_objf_this_phase = 0.0
+            self.tot_aux_objf_this_phase = 0.0
+            self.minibatches_this_phase = 0
+        self.minibatches_this_phase += 1
+        self.tot_weight_this_phase += this_minibatch_weight
+        self.tot_objf_this_phase += this_minibatch_tot_objf
+        self.tot_aux_objf_this_phase += this_minibatch_tot_aux_objf
+        self.tot_weight += this_minibatch_weight
+        self.tot_objf += this_minibatch_tot_objf
+        self.tot_aux_objf += this_minibatch_tot_aux_objf
+
+    def print_stats_for_this_phase(self, output_name: str, minibatches_per_phase: int,
+                                   phase: int) -> None:
+        start = self.current_phase * minibatches_per_phase
+        end = phase * minibatches_per_phase - 1
+        w = self.tot_weight_this_phase
+        objf = _div(self.tot_objf_this_phase, w)
+        full = minibatches_per_phase == self.minibatches_this_phase
+        # The odd quoting and spacing of the partial-phase lines are Kaldi's.
+        if self.tot_aux_objf_this_phase == 0.0:
+            if full:
+                log.log(f"Average objective function for '{output_name}' for minibatches "
+                        f"{start}-{end} is {fmt_g(objf)} over {fmt_g(w)} frames.")
+            else:
+                log.log(f"Average objective function for '{output_name} using "
+                        f"{self.minibatches_this_phase} minibatches in minibatch range "
+                        f"{start}-{end} is {fmt_g(objf)} over {fmt_g(w)} frames.")
+        else:
+            o = np.float32(objf)
+            aux = np.float32(_div(self.tot_aux_objf_this_phase, w))
+            total = np.float32(o + aux)
+            if full:
+                log.log(f"Average objective function for '{output_name}' for minibatches "
+                        f"{start}-{end} is {fmt_g(o)} + {fmt_g(aux)} = {fmt_g(total)} over "
+                        f"{fmt_g(w)} frames.")
+            else:
+                log.log(f"Average objective function for '{output_name}' using "
+                        f"{self.minibatches_this_phase} minibatches in  minibatch range "
+                        f"{start}-{end} is {fmt_g(o)} + {fmt_g(aux)} = {fmt_g(total)} over "
+                        f"{fmt_g(w)} frames.")
+
+    def print_total_stats(self, name: str) -> bool:
+        objf = np.float32(_div(self.tot_objf, self.tot_weight))
+        aux = np.float32(_div(self.tot_aux_objf, self.tot_weight))
+        if self.tot_aux_objf == 0.0:
+            log.log(f"Overall average objective function for '{name}' is "
+                    f"{fmt_g(_div(self.tot_objf, self.tot_weight))} over "
+                    f"{fmt_g(self.tot_weight)} frames.")
+        else:
+            log.log(f"Overall average objective function for '{name}' is {fmt_g(objf)} + "
+                    f"{fmt_g(aux)} = {fmt_g(np.float32(objf + aux))} over "
+                    f"{fmt_g(self.tot_weight)} frames.")
+        log.log(f"[this line is to be parsed by a script:] log-prob-per-frame={fmt_g(objf)}")
+        return self.tot_weight != 0.0
+
+
+def _div(a: float, b: float) -> float:
+    # C++ double division: x/0 is inf or nan, not an exception.
+    if b == 0.0:
+        return float("nan") if a == 0.0 else (float("inf") if a > 0 else float("-inf"))
+    return a / b
+
+
+class NnetTrainer:
+    """Kaldi's NnetTrainer.  ``nnet`` is trained in place.
+
+    ``rand``: the glibc-compatible stream for Kaldi's RandInt draws (the
+    binary seeds it with ``--srand``); ``backend``: the executor backend
+    (``reference``, ``cpu``, ``cuda``).  Call :meth:`close` (or use the
+    trainer as a context manager) at the end: it writes ``--write-cache``.
+    """
+
+    def __init__(self, config: NnetTrainerOptions, nnet: "Nnet", rand: GlibcRand | None = None,
+                 backend: Any = "reference") -> None:
+        config.check()
+        self.config = config
+        self.nnet = nnet
+        self.rand = rand if rand is not None else GlibcRand(1)
+        self.backend = backend
+        optimize_config = (config.optimize_config if config.optimize_config is not None
+                           else default_optimize_options())
+        self.cache_location = CacheLocation(config.read_cache, config.write_cache)
+        self.compiler = CachingCompiler(
+            nnet, config.compiler_config, optimize_config,
+            cache_dir=self.cache_location.cache_dir,
+            use_disk=self.cache_location.cache_dir is not None)
+        self.num_minibatches_processed = 0
+        self.max_change_stats = MaxChangeStats.for_nnet(nnet)
+        self.srand_seed = self.rand.rand_int(0, 100000)
+        self.objf_info: dict[str, ObjectiveFunctionInfo] = {}
+        if config.zero_component_stats:
+            zero_component_stats(nnet)
+        # The gradient holder: same components (learning rates, max-change,
+        # natural-gradient settings) with parameters and stats at zero.
+        self.delta_nnet = copy.deepcopy(nnet)
+        scale_nnet(0.0, self.delta_nnet)
+        self._closed = False
+
+    # -- the public interface ---------------------------------------------------
+    def train(self, eg: "NnetExample") -> None:
+        """One SGD step on the minibatch ``eg``."""
+        request = get_computation_request(self.nnet, eg, True,
+                                          self.config.store_component_stats)
+        computation = self.compiler.compile(request)
+        cfg = self.config
+        if (cfg.backstitch_training_scale > 0.0
+                and self.num_minibatches_processed % cfg.backstitch_training_interval
+                == self.srand_seed % cfg.backstitch_training_interval):
+            freeze_natural_gradient(True, self.delta_nnet)
+            self._reseed_for_backstitch()
+            self._train_internal_backstitch(eg, computation, True)
+            freeze_natural_gradient(False, self.delta_nnet)
+            self._reseed_for_backstitch()
+            self._train_internal_backstitch(eg, computation, False)
+        else:
+            self._train_internal(eg, computation)
+        if self.num_minibatches_processed == 0:
+            consolidate_memory(self.nnet)
+            consolidate_memory(self.delta_nnet)
+        self.num_minibatches_processed += 1
+
+    def print_total_stats(self) -> bool:
+        """The end-of-training LOG lines; True if any output had data."""
+        ans = False
+        for name in sorted(self.objf_info):
+            ok = self.objf_info[name].print_total_stats(name)
+            ans = ans or ok
+        self.max_change_stats.print(self.nnet)
+        return ans
+
+    def close(self) -> None:
+        """Write ``--write-cache`` (Kaldi does this in the destructor)."""
+        if not self._closed:
+            self._closed = True
+            self.cache_location.finish()
+
+    def __enter__(self) -> "NnetTrainer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- internals -----------------------------------------------------------------
+    def _reseed_for_backstitch(self) -> None:
+        # Kaldi: srand(seed + minibatch) then ResetGenerators, so that both
+        # backstitch passes see the same dropout masks.
+        seed = self.srand_seed + self.num_minibatches_processed
+        self.rand.srand(seed)
+        set_random_seed(seed)
+        reset_generators(self.nnet)
+
+    def _new_computer(self, computation: Any) -> NnetComputer:
+        return NnetComputer(self.config.compute_config, computation, self.nnet,
+                            nnet_to_update=self.delta_nnet, backend=self.backend,
+                            nnet_to_store_stats=self.nnet)
+
+    def _forward_backward(self, eg: "NnetExample", computation: Any,
+                          is_backstitch_step2: bool) -> None:
+        computer = self._new_computer(computation)
+        accept_example_inputs(computer, self.nnet, eg)
+        computer.run()
+        self._process_outputs(is_backstitch_step2, eg, computer)
+        computer.run()
+
+    def _train_internal(self, eg: "NnetExample", computation: Any) -> None:
+        cfg = self.config
+        self._forward_backward(eg, computation, False)
+        apply_l2_regularization(
+            self.nnet, get_num_nvalues(eg.io, False, self.rand.rand_int)
+            * cfg.l2_regularize_factor, self.delta_nnet)
+        success = update_nnet_with_max_change(self.delta_nnet, cfg.max_param_change, 1.0,
+                                              1.0 - cfg.momentum, self.nnet,
+                                              self.max_change_stats)
+        scale_batchnorm_stats(cfg.batchnorm_stats_scale, self.nnet)
+        constrain_orthonormal(self.nnet, self.rand.rand_int)
+        scale_nnet(cfg.momentum if success else 0.0, self.delta_nnet)
+
+    def _train_internal_backstitch(self, eg: "NnetExample", computation: Any,
+                                   is_backstitch_step1: bool) -> None:
+        cfg = self.config
+        self._forward_backward(eg, computation, not is_backstitch_step1)
+        if is_backstitch_step1:
+            max_change_scale = cfg.backstitch_training_scale
+            scale_adding = -cfg.backstitch_training_scale
+        else:
+            max_change_scale = 1.0 + cfg.backstitch_training_scale
+            scale_adding = 1.0 + cfg.backstitch_training_scale
+            apply_l2_regularization(
+                self.nnet, 1.0 / scale_adding * get_num_nvalues(eg.io, False, self.rand.rand_int)
+                * cfg.l2_regularize_factor, self.delta_nnet)
+        update_nnet_with_max_change(self.delta_nnet, cfg.max_param_change, max_change_scale,
+                                    scale_adding, self.nnet, self.max_change_stats)
+        if is_backstitch_step1:
+            constrain_orthonormal(self.nnet, self.rand.rand_int)
+        else:
+            scale_batchnorm_stats(cfg.batchnorm_stats_scale, self.nnet)
+        scale_nnet(0.0, self.delta_nnet)
+
+    def _process_outputs(self, is_backstitch_step2: bool, eg: "NnetExample",
+                         computer: NnetComputer) -> None:
+        suffix = "_backstitch" if is_backstitch_step2 else ""
+        for io in eg.io:
+            node = self.nnet.get_node_index(io.name)
+            if node < 0:
+                raise PynnetError(f"no node named '{io.name}' in the network")
+            if not self.nnet.is_output_node(node):
+                continue
+            obj_type = self.nnet.nodes[node].objective_type
+            tot_weight, tot_objf = compute_objective_function(io.features, obj_type, io.name,
+                                                              True, computer)
+            key = io.name + suffix
+            info = self.objf_info.get(key)
+            if info is None:
+                info = self.objf_info[key] = ObjectiveFunctionInfo()
+            info.update_stats(key, self.config.print_interval, self.num_minibatches_processed,
+                              tot_weight, tot_objf)
