@@ -40,7 +40,6 @@ import hashlib
 import itertools
 import json
 import os
-import tempfile
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -50,6 +49,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from .kaldi_io import atomic_write
 from . import __version__, log
 from .compile.computation import NnetComputation
 from .compile.request import ComputationRequest
@@ -311,44 +311,6 @@ def _share_identical_index_lists(computation: NnetComputation) -> None:
             shared = seen.setdefault(array.tobytes(), indexes)
             if shared is not indexes:
                 setattr(info, name, shared)
-
-
-def _write_all(f: Any, data: bytes) -> None:
-    """Write ``data`` to ``f`` in chunks (a seam for tests of failed writes)."""
-    view = memoryview(data)
-    chunk = 1 << 20
-    for start in range(0, len(view), chunk):
-        f.write(view[start:start + chunk])
-
-
-@lru_cache(maxsize=1)
-def _new_file_mode() -> int:
-    """0o666 less the process's umask (read once)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``path`` via a temporary file in its directory and ``os.replace``.
-
-    On any failure the temporary file is removed and the exception re-raised;
-    ``path`` is either untouched or complete.
-    """
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            # mkstemp makes the file private; a cache directory shared by a
-            # group needs the usual permissions.
-            os.fchmod(f.fileno(), _new_file_mode())
-            _write_all(f, data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 # ---------------------------------------------------------------------------

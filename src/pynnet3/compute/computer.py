@@ -24,6 +24,7 @@ supply or take the I/O of one such segment in any order.
 from __future__ import annotations
 
 import time
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
@@ -50,14 +51,68 @@ class NnetComputeOptions:
     ``compress_matrices``: carry out CompressMatrix / DecompressMatrix (lossy,
     as Kaldi does on a GPU).  Kaldi's CPU build skips both commands, so set
     it False to reproduce a CPU run bit for bit where compression is lossy.
-    ``poison_undefined``: fill newly allocated matrices with NaN instead of
-    zeros (Kaldi leaves them undefined), so that a computation that reads a
-    value it never wrote shows NaNs; for testing optimisations.
+    ``poison_undefined``: fill newly allocated matrices with NaN.  Like
+    Kaldi, the computer otherwise allocates them undefined (whatever the
+    memory held): the compiler zeroes with SetConst the matrices that need
+    it, and the optimizer removes the zeroing that is not needed.  Poisoning
+    makes a computation that reads a value it never wrote show NaNs, for
+    testing the compiler and the optimizations.
     """
 
     debug: bool = False
     compress_matrices: bool = True
     poison_undefined: bool = False
+
+
+class _PreparedComputation:
+    """What every computer of one computation needs, worked out once.
+
+    Decoding runs the same computation for chunk after chunk, each with a
+    new NnetComputer (as Kaldi does); the submatrix table, the index tables
+    in the backend's form and the handler of each command do not change
+    between them, so they are kept here (one per computation and backend).
+    """
+
+    __slots__ = ("sub", "indexes", "ranges", "multi", "steps", "signature")
+
+    def __init__(self, comp: NnetComputation, backend: Backend) -> None:
+        whole = [comp.is_whole_matrix(i) for i in range(len(comp.submatrices))]
+        # submatrix -> (matrix, row offset, rows, col offset, cols, is whole)
+        self.sub = [(s.matrix_index, s.row_offset, s.num_rows, s.col_offset, s.num_cols, w)
+                    for s, w in zip(comp.submatrices, whole)]
+        self.indexes = [backend.prepare_indexes(ix) for ix in comp.indexes]
+        self.ranges = [backend.prepare_indexes(r) for r in comp.indexes_ranges]
+        # indexes_multi[k] -> (submatrices, table); filled on first use.
+        self.multi: dict[int, tuple[list[int], Any]] = {}
+        handlers = NnetComputer._HANDLERS
+        self.steps = [(None if c.command_type in _IO else handlers[c.command_type], c)
+                      for c in comp.commands]
+        self.signature = _signature(comp)
+
+
+def _signature(comp: NnetComputation) -> tuple[int, ...]:
+    # A prepared computation is reused only while these still agree (a
+    # computation is not supposed to change once it runs; this catches the
+    # usual ways of changing one anyway).
+    return (id(comp.commands), len(comp.commands), id(comp.submatrices), len(comp.submatrices),
+            len(comp.indexes), len(comp.indexes_multi), len(comp.indexes_ranges))
+
+
+_PREPARED: "weakref.WeakKeyDictionary[NnetComputation, dict[tuple[str, int], _PreparedComputation]]" \
+    = weakref.WeakKeyDictionary()
+
+
+def _prepared(comp: NnetComputation, backend: Backend) -> _PreparedComputation:
+    try:
+        per_backend = _PREPARED.setdefault(comp, {})
+    except TypeError:  # not weak-referenceable: no caching
+        return _PreparedComputation(comp, backend)
+    key = (backend.name, id(backend))
+    ans = per_backend.get(key)
+    if ans is None or ans.signature != _signature(comp):
+        ans = _PreparedComputation(comp, backend)
+        per_backend[key] = ans
+    return ans
 
 
 class NnetComputer:
@@ -72,6 +127,9 @@ class NnetComputer:
     ``Component.precompute_indexes`` when precomputed indexes have to be
     rebuilt (a computation read from a cache file or a printed computation).
     """
+
+    # command type -> handler; filled in below the class.
+    _HANDLERS: "dict[CommandType, Callable[[NnetComputer, Command], None]]"
 
     def __init__(self, options: NnetComputeOptions, computation: NnetComputation, nnet: "Nnet",
                  nnet_to_update: "Nnet | None" = None, backend: "str | Backend" = "reference",
@@ -92,32 +150,25 @@ class NnetComputer:
         if any(p.data is None and (p.input_indexes or p.output_indexes)
                for p in comp.component_precomputed_indexes[1:]):
             compute_precomputed_indexes(comp, nnet, misc_info)
+        prepared = _prepared(comp, self.backend)
+        self._sub = prepared.sub
+        self._indexes = prepared.indexes
+        self._ranges = prepared.ranges
+        self._multi = prepared.multi
+        self._steps = prepared.steps
         self._matrices: list[Any] = [None] * len(comp.matrices)
+        self._empty = self.backend.empty_matrix()
+        # Matrix 0 is the empty matrix of submatrix 0 (it is never allocated).
+        self._matrices[0] = self._empty
         self._compressed: dict[int, Any] = {}
         self._memos: dict[int, Any] = {}
-        self._empty = self.backend.empty_matrix()
-        # submatrix -> (matrix, row offset, rows, col offset, cols, is whole)
-        self._sub = [(s.matrix_index, s.row_offset, s.num_rows, s.col_offset, s.num_cols,
-                      comp.is_whole_matrix(i)) for i, s in enumerate(comp.submatrices)]
-        self._indexes = [self.backend.prepare_indexes(ix) for ix in comp.indexes]
-        self._ranges = [self.backend.prepare_indexes(r) for r in comp.indexes_ranges]
-        self._multi: dict[int, tuple[list[int], Any]] = {}
-        self._exec: dict[CommandType, Callable[[Command], None]] = {
-            T.ALLOC_MATRIX: self._alloc, T.DEALLOC_MATRIX: self._dealloc,
-            T.SWAP_MATRIX: self._swap, T.SET_CONST: self._set_const,
-            T.PROPAGATE: self._propagate, T.BACKPROP: self._backprop,
-            T.BACKPROP_NO_MODEL_UPDATE: self._backprop,
-            T.MATRIX_COPY: self._matrix_copy, T.MATRIX_ADD: self._matrix_add,
-            T.COPY_ROWS: self._copy_rows, T.ADD_ROWS: self._add_rows,
-            T.COPY_ROWS_MULTI: self._copy_rows_multi,
-            T.COPY_TO_ROWS_MULTI: self._copy_to_rows_multi,
-            T.ADD_ROWS_MULTI: self._add_rows_multi, T.ADD_TO_ROWS_MULTI: self._add_to_rows_multi,
-            T.ADD_ROW_RANGES: self._add_row_ranges,
-            T.COMPRESS_MATRIX: self._compress, T.DECOMPRESS_MATRIX: self._decompress,
-            T.NO_OPERATION: self._no_op, T.NO_OPERATION_PERMANENT: self._no_op,
-            T.NO_OPERATION_MARKER: self._no_op, T.NO_OPERATION_LABEL: self._no_op,
-            T.GOTO_LABEL: self._goto,
-        }
+        if options.poison_undefined:
+            backend_alloc = self.backend.alloc
+            self._new_matrix = lambda r, c: backend_alloc(r, c, float("nan"))
+        else:
+            # Kaldi's kUndefined; a backend without such an allocation zeroes.
+            undefined = getattr(self.backend, "alloc_undefined", None)
+            self._new_matrix = undefined if undefined is not None else self.backend.alloc
         self.debug = options.debug or log.verbose_level() >= 5
         self._command_strings: list[str] | None = None
         if self.debug:
@@ -126,21 +177,32 @@ class NnetComputer:
     # -- the public interface ------------------------------------------------
     def run(self) -> None:
         """Run commands up to the next input/output exchange (or the end)."""
-        commands = self.computation.commands
-        n = len(commands)
+        n = len(self.computation.commands)
         if self.program_counter >= n:
             raise PynnetError(f"running a computation that has finished: program counter "
                               f"{self.program_counter}")
         self._check_no_pending_io()
-        while self.program_counter < n:
-            c = commands[self.program_counter]
-            if c.command_type in _IO:
-                break
-            if self.debug:
+        if self.debug:
+            commands = self.computation.commands
+            while self.program_counter < n:
+                c = commands[self.program_counter]
+                if c.command_type in _IO:
+                    break
                 self._execute_with_debug(c)
-            else:
-                self._execute(c)
-            self.program_counter += 1
+                self.program_counter += 1
+            return
+        # The hot loop: one call per command, its handler found when the
+        # computation was first prepared (a goto sets program_counter).
+        steps = self._steps
+        try:
+            while self.program_counter < n:
+                handler, c = steps[self.program_counter]
+                if handler is None:  # input / output: the caller's turn
+                    break
+                handler(self, c)
+                self.program_counter += 1
+        except Exception as e:  # noqa: BLE001 (re-raised with the command's text)
+            self._report_error(e)
 
     def accept_input(self, node_name: str, matrix: Any) -> None:
         """Supply the input of node ``node_name``, or for an output node the
@@ -178,8 +240,9 @@ class NnetComputer:
                 raise PynnetError(f"No node named '{io.name}' in nnet.")
             if nnet.is_input_node(n):
                 feats = io.features
-                dense = getattr(feats, "to_dense", None)
-                self.accept_input(io.name, dense() if callable(dense) else np.asarray(feats))
+                # A GeneralMatrix (egs) converts itself; a plain array is used as is.
+                to_matrix = getattr(feats, "to_matrix", None)
+                self.accept_input(io.name, to_matrix() if callable(to_matrix) else np.asarray(feats))
 
     def get_output(self, node_name: str) -> Any:
         """The value of output ``node_name`` (or, after the backward pass, the
@@ -250,8 +313,6 @@ class NnetComputer:
 
     # -- matrices ---------------------------------------------------------
     def _submatrix(self, s: int) -> Any:
-        if s == 0:
-            return self._empty
         m, r, nr, c, nc, whole = self._sub[s]
         mat = self._matrices[m]
         if mat is None:
@@ -282,7 +343,7 @@ class NnetComputer:
     # -- command execution -------------------------------------------------
     def _execute(self, c: Command) -> None:
         try:
-            self._exec[c.command_type](c)
+            self._HANDLERS[c.command_type](self, c)
         except Exception as e:  # noqa: BLE001 (re-raised with the command's text)
             self._report_error(e)
 
@@ -301,13 +362,11 @@ class NnetComputer:
         raise PynnetError(text) from e
 
     def _alloc(self, c: Command) -> None:
-        m = self.computation.submatrices[c.arg1].matrix_index
-        info = self.computation.matrices[m]
-        fill = float("nan") if self.options.poison_undefined else 0.0
-        self._matrices[m] = self.backend.alloc(info.num_rows, info.num_cols, fill)
+        m, _, num_rows, _, num_cols, _ = self._sub[c.arg1]
+        self._matrices[m] = self._new_matrix(num_rows, num_cols)
 
     def _dealloc(self, c: Command) -> None:
-        self._matrices[self.computation.submatrices[c.arg1].matrix_index] = None
+        self._matrices[self._sub[c.arg1][0]] = None
 
     def _swap(self, c: Command) -> None:
         m1 = self.computation.submatrices[c.arg1].matrix_index
@@ -426,7 +485,7 @@ class NnetComputer:
         if compressed is None or self._matrices[m] is not None:
             raise PynnetError(f"DecompressMatrix: m{m} is not compressed")
         info = self.computation.matrices[m]
-        mat = self.backend.alloc(info.num_rows, info.num_cols)
+        mat = self._new_matrix(info.num_rows, info.num_cols)
         self.backend.decompress(compressed, mat)
         self._matrices[m] = mat
 
@@ -520,3 +579,23 @@ class NnetComputer:
                          f"{self._parameter_stddev(updated):g} ")
         parts.append(f"\t|\t time: {elapsed:g} secs")
         log.log("".join(parts))
+
+
+# Each command type's handler (plain functions, shared by every computer).
+NnetComputer._HANDLERS = {
+    T.ALLOC_MATRIX: NnetComputer._alloc, T.DEALLOC_MATRIX: NnetComputer._dealloc,
+    T.SWAP_MATRIX: NnetComputer._swap, T.SET_CONST: NnetComputer._set_const,
+    T.PROPAGATE: NnetComputer._propagate, T.BACKPROP: NnetComputer._backprop,
+    T.BACKPROP_NO_MODEL_UPDATE: NnetComputer._backprop,
+    T.MATRIX_COPY: NnetComputer._matrix_copy, T.MATRIX_ADD: NnetComputer._matrix_add,
+    T.COPY_ROWS: NnetComputer._copy_rows, T.ADD_ROWS: NnetComputer._add_rows,
+    T.COPY_ROWS_MULTI: NnetComputer._copy_rows_multi,
+    T.COPY_TO_ROWS_MULTI: NnetComputer._copy_to_rows_multi,
+    T.ADD_ROWS_MULTI: NnetComputer._add_rows_multi,
+    T.ADD_TO_ROWS_MULTI: NnetComputer._add_to_rows_multi,
+    T.ADD_ROW_RANGES: NnetComputer._add_row_ranges,
+    T.COMPRESS_MATRIX: NnetComputer._compress, T.DECOMPRESS_MATRIX: NnetComputer._decompress,
+    T.NO_OPERATION: NnetComputer._no_op, T.NO_OPERATION_PERMANENT: NnetComputer._no_op,
+    T.NO_OPERATION_MARKER: NnetComputer._no_op, T.NO_OPERATION_LABEL: NnetComputer._no_op,
+    T.GOTO_LABEL: NnetComputer._goto,
+}

@@ -41,9 +41,4 @@ def get_computation_request(nnet: "Nnet", eg: "NnetExample", need_model_derivati
 def accept_example_inputs(computer: "NnetComputer", nnet: "Nnet", eg: "NnetExample") -> None:
     """Kaldi's NnetComputer::AcceptInputs(nnet, eg.io): every NnetIo of an
     input node (compressed or sparse features are expanded to a full matrix)."""
-    for io in eg.io:
-        node = nnet.get_node_index(io.name)
-        if node == -1:
-            raise PynnetError(f"No node named '{io.name}' in nnet.")
-        if nnet.is_input_node(node):
-            computer.accept_input(io.name, io.features.to_matrix())
+    computer.accept_inputs(nnet, eg.io)
