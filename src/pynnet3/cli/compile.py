@@ -101,6 +101,10 @@ def command(num_sequences: int, frames_per_chunk: int, extra_left_context: int,
     if not optimizer_available():
         log.warn("pynnet3.optimize provides no optimize(): the computation is not optimized")
     computation = compiler.compile(request)
+    if optimize:
+        before = unoptimized_figures(nnet, request, compiler_use_shortcut)
+        log.log(f"Before optimization: {before}")
+        log.log(f"After optimization: {computation_figures(computation)}")
     if print_computation:
         sys.stdout.write(computation.print(nnet.component_names, nnet.node_names))
         sys.stdout.flush()
@@ -110,6 +114,26 @@ def command(num_sequences: int, frames_per_chunk: int, extra_left_context: int,
     log.log(f"Computation has {len(computation.commands)} commands, "
             f"{len(computation.matrices)} matrices" +
             (f"; wrote it to {args[1]}" if len(args) == 2 else ""))
+
+
+def computation_figures(computation) -> str:
+    return (f"{len(computation.commands)} commands, {len(computation.matrices)} matrices, "
+            f"matrix-elements-peak {computation.matrix_elements_peak()}")
+
+
+def unoptimized_figures(nnet, request, use_shortcut: bool) -> str:
+    """The same request compiled without optimization (through the shortcut
+    when allowed, so that it stays cheap), summarised for comparison."""
+    from ..compile.compiler import Compiler, CompilerOptions
+    from ..compile.shortcut import compile_via_shortcut
+
+    def compile_fn(req):
+        return Compiler([req], nnet).create_computation(CompilerOptions())
+
+    computation = compile_via_shortcut(compile_fn, nnet, request) if use_shortcut else None
+    if computation is None:
+        computation = compile_fn(request)
+    return computation_figures(computation)
 
 
 def main() -> int:
