@@ -19,6 +19,14 @@ from the supplied inputs:
 The per-cindex state is kept in parallel Python lists and the recursive
 usable-count updates of Kaldi are done with explicit stacks (recurrent
 networks make dependency chains thousands of cindexes long).
+
+That exact algorithm costs tens of microseconds per cindex.  For a network
+without recurrence whose request leaves nothing uncomputable (the usual
+training and decoding case), the order in which Kaldi's queue creates the
+cindexes is a simple breadth-first one, and graph_bulk.py builds (and
+graph_bulk_prune.py prunes) the identical graph with NumPy, leaving it in
+the graph as arrays; compute() tries that first unless ``use_shortcuts`` is
+False, and falls back to the exact algorithm whenever it does not apply.
 """
 from __future__ import annotations
 
@@ -26,9 +34,11 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Iterable
 
 from ..errors import PynnetError
-from ..nnet.components.base import Component, Prop
+from ..nnet.components.base import Component
 from ..nnet.index import Index
 from ..nnet.nnet import NodeType
+from .graph_bulk import BulkGraph, BulkPlan, build_graph_bulk, uses_default_hooks
+from .graph_bulk_prune import prune_bulk
 from .graph_types import (K_COMPUTABLE, K_NOT_COMPUTABLE, K_UNKNOWN,  # noqa: F401 (re-exported)
                           K_WILL_NOT_COMPUTE, CindexSet, ComputableInfo, ComputationGraph,
                           IndexSet, computable_info_name, print_cindex)
@@ -100,14 +110,6 @@ def _analyse_descriptor(desc: Any) -> tuple[bool, list | None]:
     return True, offsets
 
 
-def _uses_default_hooks(comp: Component) -> bool:
-    """True if the component maps each output Index to the same input Index."""
-    cls = type(comp)
-    return (bool(comp.properties() & Prop.SIMPLE)
-            and cls.get_input_indexes is Component.get_input_indexes
-            and cls.is_computable is Component.is_computable)
-
-
 class ComputationGraphBuilder:
     """Builds a ComputationGraph for a ComputationRequest (see module docstring).
 
@@ -124,19 +126,25 @@ class ComputationGraphBuilder:
         self.nnet = nnet
         self._use_shortcuts = use_shortcuts
         self.graph = graph if graph is not None else ComputationGraph()
-        if self.graph.cindexes:
+        if len(self.graph):
             raise PynnetError("ComputationGraphBuilder initialized with a nonempty graph")
         self.request: ComputationRequest | None = None
         # Per cindex_id state (Kaldi's CindexInfo, split into columns).
-        self.computable: list[int] = []
-        self.usable_count: list[int] = []
-        self.queued: list[bool] = []
-        self.dependencies_computed: list[bool] = []
+        self._computable: list[int] = []
+        self._usable: list[int] = []
+        self._queued: list[bool] = []
+        self._deps_computed: list[bool] = []
         # Transpose of graph.dependencies: who depends on each cindex_id.
-        self.depend_on_this: list[list[int]] = []
+        self._depend_on_this: list[list[int]] = []
         self.current_distance = -1
         self.current_queue: list[int] = []
         self.next_queue: list[int] = []
+        # While the vectorised path (graph_bulk.py) holds the graph, the state
+        # above is implied: _bulk is its unpruned result, or _bulk_pruned says
+        # the graph was pruned by it; _state_lists() makes the lists on demand.
+        self._bulk_plan: BulkPlan | None = None
+        self._bulk: BulkGraph | None = None
+        self._bulk_pruned = False
         # Per-node tables for the inner loops.
         num_nodes = nnet.num_nodes()
         self._kind = [_KIND[node.node_type] for node in nnet.nodes]
@@ -146,7 +154,7 @@ class ComputationGraphBuilder:
             nnet.component_for_node(n) if self._kind[n] == _COMPONENT else None
             for n in range(num_nodes)]
         self._simple_component = [
-            c is not None and _uses_default_hooks(c) for c in self._component]
+            c is not None and uses_default_hooks(c) for c in self._component]
         self._dim_range_src = [node.node_index for node in nnet.nodes]
         # _all_required[n]: cindexes of node n are computable exactly when all
         # their dependencies are (simple components, dim-range nodes and
@@ -166,13 +174,62 @@ class ComputationGraphBuilder:
                 self._all_required[n] = True
                 self._offsets[n] = [(self._dim_range_src[n], 0, 0, 0)]
 
+    # -- per-cindex state (Kaldi's CindexInfo, one list per field) -------------------
+    def _state_lists(self) -> None:
+        """Make the state lists if the vectorised path left the state implied."""
+        if self._bulk is not None:
+            bulk = self._bulk
+            num = len(bulk)
+            self._computable = [K_COMPUTABLE] * num
+            self._usable = bulk.usable_count().tolist()
+            self._queued = [False] * num
+            self._deps_computed = (~bulk.arrays.is_input).tolist()
+            self._depend_on_this = bulk.depend_on_this()
+            self._bulk = None
+        elif self._bulk_pruned:
+            # What prune() leaves: everything computable and "usable".
+            num = len(self.graph)
+            self._computable = [K_COMPUTABLE] * num
+            self._usable = [1] * num
+            self._queued = [False] * num
+            self._deps_computed = [False] * num
+            self._depend_on_this = [[] for _ in range(num)]
+            self._bulk_pruned = False
+
+    @property
+    def computable(self) -> list[int]:
+        """ComputableInfo of each cindex_id (K_UNKNOWN, K_COMPUTABLE, ...)."""
+        self._state_lists()
+        return self._computable
+
+    @property
+    def usable_count(self) -> list[int]:
+        self._state_lists()
+        return self._usable
+
+    @property
+    def queued(self) -> list[bool]:
+        self._state_lists()
+        return self._queued
+
+    @property
+    def dependencies_computed(self) -> list[bool]:
+        self._state_lists()
+        return self._deps_computed
+
+    @property
+    def depend_on_this(self) -> list[list[int]]:
+        """Transpose of graph.dependencies: who depends on each cindex_id."""
+        self._state_lists()
+        return self._depend_on_this
+
     # -- bookkeeping -----------------------------------------------------------
     def _add_cindex_id(self) -> None:
-        self.computable.append(K_UNKNOWN)
-        self.usable_count.append(0)
-        self.queued.append(False)
-        self.dependencies_computed.append(False)
-        self.depend_on_this.append([])
+        self._computable.append(K_UNKNOWN)
+        self._usable.append(0)
+        self._queued.append(False)
+        self._deps_computed.append(False)
+        self._depend_on_this.append([])
 
     @property
     def _misc_info(self) -> Any:
@@ -180,20 +237,28 @@ class ComputationGraphBuilder:
 
     def cindex_info(self, cindex_id: int) -> dict:
         """Kaldi's CindexInfo of one cindex_id, for inspection and tests."""
-        return {"computable": ComputableInfo(self.computable[cindex_id]),
-                "usable_count": self.usable_count[cindex_id],
-                "queued": self.queued[cindex_id],
-                "dependencies_computed": self.dependencies_computed[cindex_id]}
+        self._state_lists()
+        return {"computable": ComputableInfo(self._computable[cindex_id]),
+                "usable_count": self._usable[cindex_id],
+                "queued": self._queued[cindex_id],
+                "dependencies_computed": self._deps_computed[cindex_id]}
 
     # -- the main entry points ---------------------------------------------------
     def compute(self, request: ComputationRequest, check: bool = False) -> None:
         """Populate the graph and work out what is computable (no pruning).
 
         ``check=True`` runs the full internal consistency check after every
-        iteration (slow; Kaldi does this at random).
+        iteration (slow; Kaldi does this at random) and so always uses the
+        exact algorithm.  Otherwise the first segment is built by the
+        vectorised path where it applies (same result).
         """
         if self.request is not None and not self.graph.segment_ends:
             raise PynnetError("wrong call order: use compute(), prune(), compute(), prune(), ...")
+        if (self._use_shortcuts and not check and not len(self.graph)
+                and self._compute_bulk(request)):
+            return
+        self._state_lists()
+        self.graph.invalidate_arrays()     # the exact algorithm changes the lists in place
         cur_segment_start = len(self.graph.cindexes)
         self.request = request
         self._add_inputs()
@@ -208,6 +273,21 @@ class ComputationGraphBuilder:
         if self.current_distance == max_distance:
             raise PynnetError("loop detected while building computation graph "
                               "(bad network topology?)")
+
+    def _compute_bulk(self, request: ComputationRequest) -> bool:
+        """compute() by the vectorised path (graph_bulk.py), if it applies."""
+        if self._bulk_plan is None:
+            self._bulk_plan = BulkPlan(self.nnet)
+        bulk = build_graph_bulk(self._bulk_plan, self.nnet, request)
+        if bulk is None:
+            return False
+        self.request = request
+        self.graph.set_arrays(bulk.arrays)
+        self._bulk = bulk
+        # (The exact algorithm's iteration count is not reproduced; nothing reads it.)
+        self.current_distance = 0
+        self.current_queue, self.next_queue = [], []
+        return True
 
     def _add_inputs(self) -> None:
         assert self.request is not None
@@ -227,7 +307,7 @@ class ComputationGraphBuilder:
                 if not is_new:
                     raise PynnetError(f"input index {index} of {io.name} is listed more than once")
                 self._add_cindex_id()
-                self.computable[-1] = K_COMPUTABLE
+                self._computable[-1] = K_COMPUTABLE
                 num_added += 1
         if num_added == 0:
             raise PynnetError("computation request has no inputs")
@@ -248,8 +328,8 @@ class ComputationGraphBuilder:
                     raise PynnetError(f"output index {index} of {io.name} is listed "
                                       "more than once (or is also an input)")
                 self._add_cindex_id()
-                self.usable_count[cid] = 1
-                self.queued[cid] = True
+                self._usable[cid] = 1
+                self._queued[cid] = True
                 self.next_queue.append(cid)
                 num_added += 1
         if num_added == 0:
@@ -260,10 +340,10 @@ class ComputationGraphBuilder:
 
     def _build_graph_one_iter(self) -> None:
         queue = self.current_queue
-        queued = self.queued
-        deps_computed = self.dependencies_computed
-        usable = self.usable_count
-        computable = self.computable
+        queued = self._queued
+        deps_computed = self._deps_computed
+        usable = self._usable
+        computable = self._computable
         cindexes = self.graph.cindexes
         dependencies = self.graph.dependencies
         all_required = self._all_required
@@ -328,9 +408,9 @@ class ComputationGraphBuilder:
         graph = self.graph
         ids = graph._cindex_to_id
         cindexes = graph.cindexes
-        computable = self.computable
-        usable = self.usable_count
-        depend_on_this = self.depend_on_this
+        computable = self._computable
+        usable = self._usable
+        depend_on_this = self._depend_on_this
         this_dep = []
         for cindex in self._input_cindexes(cid):
             dep = ids.get(cindex)
@@ -344,8 +424,8 @@ class ComputationGraphBuilder:
                 graph.dependencies.append([])
                 computable.append(K_UNKNOWN)
                 usable.append(0)
-                self.queued.append(True)
-                self.dependencies_computed.append(False)
+                self._queued.append(True)
+                self._deps_computed.append(False)
                 depend_on_this.append([])
                 self.next_queue.append(dep)
             this_dep.append(dep)
@@ -360,8 +440,8 @@ class ComputationGraphBuilder:
             elif not dependencies[dep]:
                 # _increment_usable_count() of a cindex with no dependencies yet.
                 usable[dep] = 1
-                if computable[dep] == K_UNKNOWN and not self.queued[dep]:
-                    self.queued[dep] = True
+                if computable[dep] == K_UNKNOWN and not self._queued[dep]:
+                    self._queued[dep] = True
                     self.next_queue.append(dep)
             else:
                 self._increment_usable_count(dep)
@@ -373,13 +453,13 @@ class ComputationGraphBuilder:
         uncomputable, its own dependencies become usable too, and once they
         are done the cindex is queued for evaluation if still UNKNOWN.
         """
-        usable = self.usable_count
-        computable = self.computable
+        usable = self._usable
+        computable = self._computable
         usable[start] += 1
         if usable[start] != 1 or computable[start] == K_NOT_COMPUTABLE:
             return
         deps = self.graph.dependencies
-        queued = self.queued
+        queued = self._queued
         stack = [(start, 0)]
         while stack:
             c, i = stack[-1]
@@ -398,8 +478,8 @@ class ComputationGraphBuilder:
 
     def _decrement_usable_count(self, start: int) -> None:
         """Kaldi's recursive DecrementUsableCount, with an explicit stack."""
-        usable = self.usable_count
-        computable = self.computable
+        usable = self._usable
+        computable = self._computable
         deps = self.graph.dependencies
         stack = [start]
         while stack:
@@ -410,23 +490,23 @@ class ComputationGraphBuilder:
 
     # -- computability ---------------------------------------------------------------
     def _update_computable_info(self, cid: int) -> None:
-        if self.usable_count[cid] == 0:
+        if self._usable[cid] == 0:
             return  # not reachable from any usable output: no need to know
-        assert self.computable[cid] == K_UNKNOWN
+        assert self._computable[cid] == K_UNKNOWN
         output = self._compute_computable_info(cid)
         if output != K_UNKNOWN:
             self._set_computable_info(cid, output)
 
     def _set_computable_info(self, cid: int, output: int) -> None:
         """Record a newly known state; wake up the cindexes that depend on it."""
-        computable = self.computable
+        computable = self._computable
         computable[cid] = output
-        queued = self.queued
-        for other in self.depend_on_this[cid]:
+        queued = self._queued
+        for other in self._depend_on_this[cid]:
             if computable[other] == K_UNKNOWN and not queued[other]:
                 queued[other] = True
                 self.next_queue.append(other)
-        if output == K_NOT_COMPUTABLE and self.usable_count[cid] != 0:
+        if output == K_NOT_COMPUTABLE and self._usable[cid] != 0:
             # Uncomputable cindexes do not count as users of their inputs.
             for dep in self.graph.dependencies[cid]:
                 self._decrement_usable_count(dep)
@@ -449,7 +529,7 @@ class ComputationGraphBuilder:
         graph = self.graph
         node, index = graph.cindexes[cid]
         kind = self._kind[node]
-        computable = self.computable
+        computable = self._computable
         if kind == _INPUT:
             return K_COMPUTABLE if graph.is_input[cid] else K_NOT_COMPUTABLE
         if kind == _DIM_RANGE:
@@ -457,7 +537,7 @@ class ComputationGraphBuilder:
             return K_UNKNOWN if src is None else computable[src]
         if not self._use_shortcuts:
             any_unknown = any_not = True
-        elif self.dependencies_computed[cid]:
+        elif self._deps_computed[cid]:
             states = {computable[d] for d in graph.dependencies[cid]}
             any_unknown = K_UNKNOWN in states
             any_not = K_NOT_COMPUTABLE in states or K_WILL_NOT_COMPUTE in states
@@ -490,9 +570,11 @@ class ComputationGraphBuilder:
 
     # -- results ---------------------------------------------------------------------
     def all_outputs_are_computable(self) -> bool:
+        if self._bulk is not None or self._bulk_pruned:
+            return True      # the vectorised path only succeeds when everything is
         is_output = self._is_output
         cindexes = self.graph.cindexes
-        for cid, state in enumerate(self.computable):
+        for cid, state in enumerate(self._computable):
             if state != K_COMPUTABLE and is_output[cindexes[cid][0]]:
                 return False
         return True
@@ -502,12 +584,15 @@ class ComputationGraphBuilder:
 
         Call after compute() and before prune().
         """
-        if not self.graph.cindexes or self.request is None:
+        if not len(self.graph) or self.request is None:
             raise PynnetError("get_computable_info() must be called after compute()")
-        if not self.computable:
+        if self._bulk is not None:
+            return [[True] * len(io.indexes) for io in self.request.outputs]
+        self._state_lists()
+        if not self._computable:
             raise PynnetError("get_computable_info() must be called before prune()")
         ids = self.graph._cindex_to_id
-        computable = self.computable
+        computable = self._computable
         ans = []
         for io in self.request.outputs:
             n = self.nnet.get_node_index(io.name)
@@ -523,6 +608,7 @@ class ComputationGraphBuilder:
     def explain_why_not_computable(self, first_cindex_id: int) -> str:
         """Why one cindex is not computable, following uncomputable dependencies."""
         max_lines = 100
+        self._state_lists()
         added = {first_cindex_id}
         queue = deque([first_cindex_id])
         lines = [f"*** cindex {self._print_cindex_id(first_cindex_id)} is not computable "
@@ -533,13 +619,13 @@ class ComputationGraphBuilder:
             num_lines += 1
             parts = []
             for dep in self.graph.dependencies[cid]:
-                state = self.computable[dep]
+                state = self._computable[dep]
                 parts.append(f"{self._print_cindex_id(dep)}[{computable_info_name(state)}]")
                 if state != K_COMPUTABLE and dep not in added:
                     added.add(dep)
                     queue.append(dep)
             lines.append(f"{self._print_cindex_id(cid)} is "
-                         f"{computable_info_name(self.computable[cid])}, dependencies: "
+                         f"{computable_info_name(self._computable[cid])}, dependencies: "
                          + ", ".join(parts))
         return "\n".join(lines) + "\n"
 
@@ -549,12 +635,13 @@ class ComputationGraphBuilder:
         Kaldi logs this before failing; we return it so the caller can put it
         into an error message.
         """
+        self._state_lists()
         not_computable = []
         num_outputs = 0
         for cid, (node, _) in enumerate(self.graph.cindexes):
             if self._is_output[node]:
                 num_outputs += 1
-                if self.computable[cid] != K_COMPUTABLE:
+                if self._computable[cid] != K_COMPUTABLE:
                     not_computable.append(cid)
         if not not_computable:
             return "all outputs are computable"
@@ -570,8 +657,8 @@ class ComputationGraphBuilder:
     # -- pruning -----------------------------------------------------------------------
     def _prune_dependencies(self, cid: int) -> None:
         """Keep only the dependencies that are really used (drops unused optional ones)."""
-        state = self.computable[cid]
-        usable = self.usable_count[cid]
+        state = self._computable[cid]
+        usable = self._usable[cid]
         if state == K_UNKNOWN and usable != 0:
             raise PynnetError("prune(): a usable cindex has unknown computability")
         graph = self.graph
@@ -589,11 +676,11 @@ class ComputationGraphBuilder:
         if kind == _DESCRIPTOR:
             used: set = set()
             ok = self._descriptor[node].is_computable(
-                index, CindexSet(graph, self.computable, False), used)
+                index, CindexSet(graph, self._computable, False), used)
             used_ids = [ids[c] for c in used]
         elif kind == _COMPONENT:
             ok, used_indexes = self._component[node].is_computable(
-                self._misc_info, index, IndexSet(graph, self.computable, node - 1, False))
+                self._misc_info, index, IndexSet(graph, self._computable, node - 1, False))
             used_ids = [ids[(node - 1, i)] for i in used_indexes]
         else:
             return  # input nodes have none; dim-range nodes have one, required
@@ -624,7 +711,7 @@ class ComputationGraphBuilder:
                     required[d - start] = True
                     queue.append(d)
         for c in range(start, num):
-            if required[c - start] and self.usable_count[c] == 0:
+            if required[c - start] and self._usable[c] == 0:
                 raise PynnetError("prune(): a required cindex has usable_count 0 (bug?)")
         return required
 
@@ -633,6 +720,17 @@ class ComputationGraphBuilder:
 
         Fails if not every requested output is computable.
         """
+        if self._bulk is not None:
+            assert self._bulk_plan is not None
+            arrays = prune_bulk(self._bulk_plan, self._bulk, self._misc_info)
+            if arrays is not None:
+                self.graph.set_arrays(arrays)
+                self.graph.segment_ends.append(len(arrays.node))
+                self._bulk = None
+                self._bulk_pruned = True
+                return
+        self._state_lists()
+        self.graph.invalidate_arrays()
         graph = self.graph
         start = graph.segment_ends[-1] if graph.segment_ends else 0
         num = len(graph.cindexes)
@@ -642,7 +740,7 @@ class ComputationGraphBuilder:
         keep = [False] * (num - start)
         for c in range(start, num):
             if required[c - start] or graph.is_input[c]:
-                if self.computable[c] != K_COMPUTABLE:
+                if self._computable[c] != K_COMPUTABLE:
                     raise PynnetError("prune() called when not everything is computable:\n"
                                       + self.explain_why_all_outputs_not_computable())
                 keep[c - start] = True
@@ -651,49 +749,50 @@ class ComputationGraphBuilder:
         # Everything kept is computable; a usable count of 1 is enough for
         # later segments (its exact value no longer matters).
         n_new = new_num - start
-        del self.computable[start:]
-        del self.usable_count[start:]
-        del self.queued[start:]
-        del self.dependencies_computed[start:]
-        del self.depend_on_this[start:]
-        self.computable += [K_COMPUTABLE] * n_new
-        self.usable_count += [1] * n_new
-        self.queued += [False] * n_new
-        self.dependencies_computed += [False] * n_new
-        self.depend_on_this += [[] for _ in range(n_new)]
+        del self._computable[start:]
+        del self._usable[start:]
+        del self._queued[start:]
+        del self._deps_computed[start:]
+        del self._depend_on_this[start:]
+        self._computable += [K_COMPUTABLE] * n_new
+        self._usable += [1] * n_new
+        self._queued += [False] * n_new
+        self._deps_computed += [False] * n_new
+        self._depend_on_this += [[] for _ in range(n_new)]
         graph.segment_ends.append(new_num)
 
     # -- consistency check ---------------------------------------------------------------
     def check(self, start_cindex_id: int = 0) -> None:
         """Kaldi's Check(), over every cindex_id (Kaldi samples them at random)."""
+        self._state_lists()
         graph = self.graph
         num = len(graph.cindexes)
         current = set(self.current_queue)
         for cid in range(start_cindex_id, num):
-            dot = self.depend_on_this[cid]
+            dot = self._depend_on_this[cid]
             if len(set(dot)) != len(dot):
                 raise PynnetError(f"check: depend_on_this of {cid} has repeats")
             for other in dot:
                 if graph.dependencies[other].count(cid) != 1:
                     raise PynnetError(f"check: {other} in depend_on_this[{cid}] but not in "
                                       "its dependencies")
-            if self.dependencies_computed[cid]:
+            if self._deps_computed[cid]:
                 deps = graph.dependencies[cid]
                 if len(set(deps)) != len(deps):
                     raise PynnetError(f"check: dependencies of {cid} have repeats")
                 for dep in deps:
-                    if dep >= start_cindex_id and self.depend_on_this[dep].count(cid) != 1:
+                    if dep >= start_cindex_id and self._depend_on_this[dep].count(cid) != 1:
                         raise PynnetError(f"check: {cid} missing from depend_on_this[{dep}]")
             expected = 1 if self._is_output[graph.cindexes[cid][0]] else 0
             for other in dot:
-                if self.usable_count[other] != 0 and self.computable[other] != K_NOT_COMPUTABLE:
+                if self._usable[other] != 0 and self._computable[other] != K_NOT_COMPUTABLE:
                     expected += 1
-            if self.usable_count[cid] != expected:
-                raise PynnetError(f"check: usable_count of {cid} is {self.usable_count[cid]}, "
+            if self._usable[cid] != expected:
+                raise PynnetError(f"check: usable_count of {cid} is {self._usable[cid]}, "
                                   f"expected {expected}")
-            if self.dependencies_computed[cid] and self.computable[cid] != K_UNKNOWN:
-                if self._compute_computable_info(cid) != self.computable[cid]:
+            if self._deps_computed[cid] and self._computable[cid] != K_UNKNOWN:
+                if self._compute_computable_info(cid) != self._computable[cid]:
                     raise PynnetError(f"check: mismatch in computable status of "
                                       f"{self._print_cindex_id(cid)}")
-            if self.queued[cid] != (cid in current):
+            if self._queued[cid] != (cid in current):
                 raise PynnetError(f"check: queued flag of {cid} is wrong")

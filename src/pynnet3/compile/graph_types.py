@@ -6,9 +6,15 @@ Components use while the builder (graph.py) works out what is computable.
 from __future__ import annotations
 
 import enum
-from typing import Any, Sequence
+import gc
+from contextlib import contextmanager
+from itertools import chain, repeat
+from typing import Any, NamedTuple, Sequence
+
+import numpy as np
 
 from ..errors import PynnetError
+from ..nnet.index import Index
 
 
 class ComputableInfo(enum.IntEnum):
@@ -26,6 +32,20 @@ K_COMPUTABLE = 1
 K_NOT_COMPUTABLE = 2
 K_WILL_NOT_COMPUTE = 3
 
+_TUPLE_NEW = tuple.__new__
+
+
+@contextmanager
+def _gc_paused():
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 _INFO_NAMES = {K_UNKNOWN: "kUnknown", K_COMPUTABLE: "kComputable",
                K_NOT_COMPUTABLE: "kNotComputable"}
 
@@ -41,15 +61,119 @@ def print_cindex(cindex: Sequence, node_names: Sequence[str]) -> str:
     return f"{node_names[node]}({n},{t})" if x == 0 else f"{node_names[node]}({n},{t},{x})"
 
 
+class GraphArrays(NamedTuple):
+    """A whole ComputationGraph as NumPy columns (see ComputationGraph.arrays()).
+
+    ``node, n, t, x``: int32 columns of the cindexes, by cindex_id;
+    ``is_input``: bool; the dependencies of cindex_id ``c`` are
+    ``dep_flat[dep_offsets[c]:dep_offsets[c + 1]]`` (int64 offsets, int32
+    ids, each row sorted where the builder sorted it).
+    """
+
+    node: np.ndarray
+    n: np.ndarray
+    t: np.ndarray
+    x: np.ndarray
+    is_input: np.ndarray
+    dep_offsets: np.ndarray
+    dep_flat: np.ndarray
+
+
 class ComputationGraph:
-    """cindex_id <-> cindex maps, input flags, dependencies and segment ends."""
+    """cindex_id <-> cindex maps, input flags, dependencies and segment ends.
+
+    The attributes ``cindexes`` (list of ``(node, Index)``), ``is_input``,
+    ``dependencies`` (list of lists) and the dict behind get_cindex_id are
+    plain Python lists.  A graph made by the vectorised builder is held as
+    :class:`GraphArrays` instead; each list is made when somebody first reads
+    it (a million-cindex graph takes seconds to turn into tuples).  Code that
+    can work on columns should call :meth:`arrays` and ``len(graph)``, which
+    make none of them.
+    """
 
     def __init__(self) -> None:
-        self.cindexes: list[tuple] = []
-        self.is_input: list[bool] = []
-        self.dependencies: list[list[int]] = []
+        # None: not made yet from _arrays.
+        self._cindexes: list[tuple] | None = []
+        self._is_input: list[bool] | None = []
+        self._dependencies: list[list[int]] | None = []
+        self._ids: dict[tuple, int] | None = {}
         self.segment_ends: list[int] = []
-        self._cindex_to_id: dict[tuple, int] = {}
+        self._arrays: GraphArrays | None = None
+
+    # -- the two representations ----------------------------------------------------
+    def set_arrays(self, arrays: GraphArrays) -> None:
+        """Replace the whole content (not segment_ends) by ``arrays``."""
+        self._arrays = arrays
+        self._cindexes = self._is_input = self._dependencies = self._ids = None
+
+    def has_lists(self) -> bool:
+        """False while the graph is held as arrays (some lists may be made)."""
+        return self._arrays is None
+
+    def arrays(self) -> GraphArrays:
+        """The graph as columns: free while it is held as arrays (reading the
+        lists does not change that), else made from the lists (not kept).
+
+        add_cindex() and renumber() keep the two in step; code that assigns
+        into the lists directly must call invalidate_arrays() first.
+        """
+        if self._arrays is not None:
+            return self._arrays
+        cindexes, deps = self._cindexes, self._dependencies
+        num = len(cindexes)
+        cols = np.fromiter(chain.from_iterable((c[0], *c[1]) for c in cindexes),
+                           np.int64, 4 * num).reshape(num, 4).astype(np.int32)
+        lens = np.fromiter(map(len, deps), np.int64, num)
+        offsets = np.zeros(num + 1, dtype=np.int64)
+        np.cumsum(lens, out=offsets[1:])
+        flat = np.fromiter(chain.from_iterable(deps), np.int32, int(offsets[-1]))
+        return GraphArrays(cols[:, 0].copy(), cols[:, 1].copy(), cols[:, 2].copy(),
+                           cols[:, 3].copy(), np.array(self._is_input, dtype=bool),
+                           offsets, flat)
+
+    def invalidate_arrays(self) -> None:
+        """Make every list and drop the arrays (before changing the lists)."""
+        if self._arrays is None:
+            return
+        _ = self.cindexes, self.is_input, self.dependencies, self._cindex_to_id
+        self._arrays = None
+
+    _all_lists = invalidate_arrays
+
+    @property
+    def cindexes(self) -> list[tuple]:
+        if self._cindexes is None:
+            a = self._arrays
+            with _gc_paused():   # millions of new tuples, no cycles
+                indexes = map(_TUPLE_NEW, repeat(Index), zip(a.n.tolist(), a.t.tolist(),
+                                                              a.x.tolist()))
+                self._cindexes = list(zip(a.node.tolist(), indexes))
+        return self._cindexes
+
+    @property
+    def is_input(self) -> list[bool]:
+        if self._is_input is None:
+            self._is_input = self._arrays.is_input.tolist()
+        return self._is_input
+
+    @property
+    def dependencies(self) -> list[list[int]]:
+        if self._dependencies is None:
+            a = self._arrays
+            with _gc_paused():
+                flat = a.dep_flat.tolist()
+                bounds = a.dep_offsets.tolist()
+                self._dependencies = list(map(flat.__getitem__,
+                                              map(slice, bounds[:-1], bounds[1:])))
+        return self._dependencies
+
+    @property
+    def _cindex_to_id(self) -> dict[tuple, int]:
+        if self._ids is None:
+            cindexes = self.cindexes
+            with _gc_paused():
+                self._ids = dict(zip(cindexes, range(len(cindexes))))
+        return self._ids
 
     def get_cindex_id(self, cindex: tuple) -> int:
         """The cindex_id of ``cindex``, or -1 if it is not in the graph."""
@@ -57,22 +181,25 @@ class ComputationGraph:
 
     def add_cindex(self, cindex: tuple, is_input: bool) -> tuple[int, bool]:
         """(cindex_id, is_new); a new cindex gets ``is_input`` and no dependencies."""
-        cid = self._cindex_to_id.get(cindex)
+        self._all_lists()
+        ids = self._ids
+        cid = ids.get(cindex)
         if cid is not None:
             return cid, False
-        cid = len(self.cindexes)
-        self._cindex_to_id[cindex] = cid
-        self.cindexes.append(cindex)
-        self.is_input.append(is_input)
-        self.dependencies.append([])
+        cid = len(self._cindexes)
+        ids[cindex] = cid
+        self._cindexes.append(cindex)
+        self._is_input.append(is_input)
+        self._dependencies.append([])
         return cid, True
 
     def __len__(self) -> int:
-        return len(self.cindexes)
+        return len(self._arrays.node) if self._arrays is not None else len(self._cindexes)
 
     def renumber(self, start_cindex_id: int, keep: Sequence[bool]) -> None:
         """Keep only cindex_ids ``c >= start_cindex_id`` with ``keep[c - start]``."""
-        old_num = len(self.cindexes)
+        self._all_lists()
+        old_num = len(self)
         if len(keep) != old_num - start_cindex_id:
             raise PynnetError("renumber: keep has the wrong size")
         old2new = [-1] * (old_num - start_cindex_id)
@@ -83,22 +210,23 @@ class ComputationGraph:
                 new2old.append(j + start_cindex_id)
         if len(new2old) == len(keep):
             return
-        mapping = self._cindex_to_id
+        mapping = self._ids
+        cindexes, is_input, dependencies = self._cindexes, self._is_input, self._dependencies
         for old in range(start_cindex_id, old_num):
             new = old2new[old - start_cindex_id]
-            cindex = self.cindexes[old]
+            cindex = cindexes[old]
             if new == -1:
                 del mapping[cindex]
             elif new != old:
                 mapping[cindex] = new
-        new_cindexes = self.cindexes[:start_cindex_id]
-        new_is_input = self.is_input[:start_cindex_id]
-        new_deps = self.dependencies[:start_cindex_id]
+        new_cindexes = cindexes[:start_cindex_id]
+        new_is_input = is_input[:start_cindex_id]
+        new_deps = dependencies[:start_cindex_id]
         for d in new2old:
-            new_cindexes.append(self.cindexes[d])
-            new_is_input.append(self.is_input[d])
+            new_cindexes.append(cindexes[d])
+            new_is_input.append(is_input[d])
             deps = []
-            for old_dep in self.dependencies[d]:
+            for old_dep in dependencies[d]:
                 if old_dep < start_cindex_id:
                     deps.append(old_dep)
                 else:
@@ -107,9 +235,9 @@ class ComputationGraph:
                         raise PynnetError("dependency on a removed cindex-id")
                     deps.append(new_dep)
             new_deps.append(deps)
-        self.cindexes = new_cindexes
-        self.is_input = new_is_input
-        self.dependencies = new_deps
+        self._cindexes = new_cindexes
+        self._is_input = new_is_input
+        self._dependencies = new_deps
 
     def print(self, node_names: Sequence[str]) -> str:
         """ComputationGraph::Print: one line per node, sorted cindexes."""
@@ -149,16 +277,21 @@ class CindexSet:
     ``computable`` list, every cindex in the graph is in the set.
     """
 
-    __slots__ = ("_ids", "_computable", "_unknown_ok")
+    __slots__ = ("_graph", "_ids", "_computable", "_unknown_ok")
 
     def __init__(self, graph: ComputationGraph, computable: list[int] | None = None,
                  treat_unknown_as_computable: bool = False) -> None:
-        self._ids = graph._cindex_to_id
+        self._graph = graph
+        # (A graph held as arrays makes its dict only if a membership is asked.)
+        self._ids = graph._ids
         self._computable = computable
         self._unknown_ok = treat_unknown_as_computable
 
     def __contains__(self, cindex: Any) -> bool:
-        cid = self._ids.get(cindex)
+        ids = self._ids
+        if ids is None:
+            ids = self._ids = self._graph._cindex_to_id
+        cid = ids.get(cindex)
         if cid is None:
             return False
         if self._computable is None:

@@ -341,6 +341,18 @@ class Component:
                         output_indexes: list[tuple]) -> tuple[list[tuple], list[tuple]]:
         return input_indexes, output_indexes
 
+    def get_input_index_offsets(self) -> list[tuple[int, int, int]] | None:
+        """get_input_indexes() and is_computable() in bulk form (for the
+        vectorised graph builder, compile/graph_bulk.py).
+
+        Return offsets ``(dn, dt, dx)`` only if, for every output Index whose
+        t is not kNoTime, get_input_indexes() lists that Index plus each
+        offset (in this order) and is_computable() is true exactly when all
+        of them are available, using all of them.  The builder trusts it only
+        when the same class defines all three methods.
+        """
+        return None
+
     def precompute_indexes(self, misc_info: Any, input_indexes: list[tuple],
                            output_indexes: list[tuple], need_backprop: bool) -> Any:
         return None

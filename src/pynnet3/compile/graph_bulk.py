@@ -1,0 +1,590 @@
+"""Vectorised ComputationGraphBuilder for networks without recurrence.
+
+:class:`~pynnet3.compile.graph.ComputationGraphBuilder` follows Kaldi one
+cindex at a time; a 64-sequence TDNN-F training request has millions of
+cindexes, far too many for per-element Python.  This module produces the
+*same* graph (same cindex_ids in the same order, same dependencies, same
+states) with NumPy, for the common case, and says "no" otherwise so that the
+builder runs the exact algorithm instead.
+
+When the builder's answer does not depend on timing
+---------------------------------------------------
+Kaldi's builder interleaves growing the graph with deciding what is
+computable: a cindex found uncomputable stops counting as a user of its
+inputs, so parts of the graph reachable only through it are never expanded
+(this is what stops ``IfDefined(Offset(r, -1))`` recurrences).  Which cindexes
+get expanded therefore depends on when each state becomes known.
+
+If every cindex reachable from the outputs turns out computable, nothing of
+that happens: every cindex is expanded exactly once, in the iteration after
+the one that created it.  A cindex created in iteration k is queued in
+creation order and the queue is processed from its back, so the cindexes
+created in iteration k+1 are the new dependencies of iteration k's cindexes
+taken in *reverse* creation order, each cindex's dependencies in
+``get_dependencies()`` order, first occurrence first.  That is a breadth-first
+closure in "levels", which vectorises: a level (all nodes in it together) is a
+few dozen NumPy operations.
+
+"Everything computable" is guaranteed when (a) the node graph has no cycles,
+so the cindex graph is acyclic, (b) no cindex of an input node is needed
+that the request does not supply, and (c) every cindex is computable once
+all its dependencies are (true for every Descriptor, and for simple and
+offset-style components; components with their own hooks are asked once per
+cindex).  Anything else -- a missing input frame, recurrence, a hook that
+raises, an unusual request -- makes :func:`build_graph_bulk` return None and
+the exact algorithm runs from scratch (and raises the errors it raises).
+
+Pruning in the same situation is also vectorised (graph_bulk_prune.py): only
+``Failover`` second branches and components' own ``is_computable`` can drop
+dependencies, and what is required is what the outputs reach.
+
+Most dependencies are "offsets": the cindex ``(node, index)`` depends on
+``(src, index + (dn, dt, dx))`` (node names, ``Offset()``, dim-range nodes,
+simple and TDNN components); those of a whole level are computed by a few
+array operations from per-node tables.  ``ReplaceIndex()``, ``Round()`` and
+``Switch()`` are vectorised per node, and components with their own index
+hooks are asked once per cindex.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import chain
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import numpy as np
+
+from ..nnet import descriptor as d
+from ..nnet.components.base import Component
+from ..nnet.graph import graph_has_cycles, nnet_to_directed_graph
+from ..nnet.index import K_NO_TIME, Index
+from ..nnet.nnet import NodeType
+from .graph_bulk_index import CindexIndex
+from .graph_types import GraphArrays
+from .request import ComputationRequest
+
+if TYPE_CHECKING:
+    from ..nnet.nnet import Nnet
+
+_I64 = np.int64
+_INT32_MIN, _INT32_MAX = -(2 ** 31), 2 ** 31 - 1
+_TWO32 = 2 ** 32
+# More levels than this and the exact algorithm decides (it gives up at 10000
+# iterations, and every level takes at least one iteration).
+_MAX_LEVELS = 5000
+_new_index = tuple.__new__
+
+
+class _Fallback(Exception):
+    """The request leaves the fast path's guarantees: use the exact algorithm."""
+
+
+# -- per-node plans ----------------------------------------------------------------------
+
+# A dependency "term": maps columns n, t, x (int64 arrays) of the cindexes of
+# one node to the node (int or int64 array) and columns of one dependency each.
+Term = Callable[[np.ndarray, np.ndarray, np.ndarray],
+                tuple[Any, np.ndarray, np.ndarray, np.ndarray]]
+# The same when it is a plain offset: (src node, dn, dt, dx).
+Offset = tuple[int, int, int, int]
+
+_KIND_INPUT, _KIND_TERMS, _KIND_GENERIC_COMPONENT, _KIND_GENERIC_DESCRIPTOR = 0, 1, 2, 3
+
+
+def _wrap32(v: np.ndarray) -> np.ndarray:
+    # Offsets are added in int32 arithmetic (the scalar code wraps the same way).
+    return (v - _INT32_MIN) % _TWO32 + _INT32_MIN
+
+
+class _Unsupported(Exception):
+    pass
+
+
+def _forwarding_term(f: d.ForwardingDescriptor) -> tuple[Term, Offset | None]:
+    """A vectorised ``map_to_input`` of one forwarding expression, and its
+    offset form if it has one."""
+    tp = type(f)
+    if tp is d.SimpleForwardingDescriptor:
+        node = f.src_node
+
+        def simple(n, t, x):
+            return node, n, t, x
+        return simple, (node, 0, 0, 0)
+    if tp is d.OffsetForwardingDescriptor:
+        inner, inner_off = _forwarding_term(f.src)
+        dn, dt, dx = (int(v) for v in f.offset)
+
+        def offset(n, t, x):
+            return inner(_wrap32(n + dn) if dn else n, _wrap32(t + dt) if dt else t,
+                         _wrap32(x + dx) if dx else x)
+        # Wrapping twice is wrapping once (both are modulo 2**32).
+        off = None if inner_off is None else (
+            inner_off[0], inner_off[1] + dn, inner_off[2] + dt, inner_off[3] + dx)
+        return offset, off
+    if tp is d.RoundingForwardingDescriptor:
+        inner, _ = _forwarding_term(f.src)
+        m = int(f.t_modulus)
+        if m < 1:
+            raise _Unsupported("bad Round() modulus")
+
+        def rounding(n, t, x):
+            t2 = t - t % m        # NumPy's % is Python's (floor) modulus
+            if t2.size and int(t2.min()) < _INT32_MIN:
+                raise _Fallback("Round() below the int32 range")
+            return inner(n, t2, x)
+        return rounding, None
+    if tp is d.ReplaceIndexForwardingDescriptor:
+        inner, _ = _forwarding_term(f.src)
+        value = int(f.value)
+        if not _INT32_MIN <= value <= _INT32_MAX:
+            raise _Unsupported("ReplaceIndex() value out of range")
+        if f.variable_name == "t":
+            return (lambda n, t, x: inner(n, np.full_like(t, value), x)), None
+        return (lambda n, t, x: inner(n, t, np.full_like(x, value))), None
+    if tp is d.SwitchingForwardingDescriptor:
+        subs = [_forwarding_term(s)[0] for s in f.src]
+        num = len(subs)
+
+        def switching(n, t, x):
+            which = t % num
+            out = [np.empty(len(t), dtype=_I64) for _ in range(4)]
+            for j, sub in enumerate(subs):
+                sel = np.flatnonzero(which == j)
+                if sel.size:
+                    for col, val in zip(out, sub(n[sel], t[sel], x[sel])):
+                        col[sel] = val
+            return tuple(out)
+        return switching, None
+    raise _Unsupported(f"forwarding descriptor {tp.__name__}")
+
+
+def _sum_terms(p: d.SumDescriptor, used: bool,
+               out: list[tuple[Term, bool, Offset | None]]) -> None:
+    """Append (term, used, offset) for the dependencies of one SumDescriptor,
+    in get_dependencies() order.  ``used``: the term is among the inputs
+    is_computable() reports when every dependency is computable (all except
+    the second branch of a Failover)."""
+    tp = type(p)
+    if tp is d.SimpleSumDescriptor:
+        term, off = _forwarding_term(p.src)
+        out.append((term, used, off))
+    elif tp is d.ConstantSumDescriptor:
+        pass
+    elif tp is d.OptionalSumDescriptor:
+        _sum_terms(p.src, used, out)
+    elif tp is d.BinarySumDescriptor:
+        _sum_terms(p.src1, used, out)
+        _sum_terms(p.src2, used and p.op == d.BinarySumDescriptor.SUM, out)
+    else:
+        raise _Unsupported(f"sum descriptor {tp.__name__}")
+
+
+def _defining_class(cls: type, name: str) -> type | None:
+    for c in cls.__mro__:
+        if name in c.__dict__:
+            return c
+    return None
+
+
+def uses_default_hooks(comp: Component) -> bool:
+    """True if the component maps each output Index to the same input Index
+    (it keeps Component's hooks; e.g. GeneralDropoutComponent, which is not
+    "simple" only because of its precomputed indexes)."""
+    cls = type(comp)
+    return (cls.get_input_indexes is Component.get_input_indexes
+            and cls.is_computable is Component.is_computable)
+
+
+def _component_offsets(comp: Component) -> list[tuple[int, int, int]] | None:
+    """Offsets (dn, dt, dx) if the component's inputs are its output Index plus
+    fixed offsets, all required (see Component.get_input_index_offsets)."""
+    if uses_default_hooks(comp):
+        return [(0, 0, 0)]
+    cls = type(comp)
+    owner = _defining_class(cls, "get_input_index_offsets")
+    # The hook speaks for get_input_indexes/is_computable only if it was
+    # written next to them (a subclass overriding those must override it too).
+    if (owner is None or owner is Component
+            or _defining_class(cls, "get_input_indexes") is not owner
+            or _defining_class(cls, "is_computable") is not owner):
+        return None
+    offsets = comp.get_input_index_offsets()
+    return None if offsets is None else [tuple(int(v) for v in o) for o in offsets]
+
+
+@dataclass
+class _NodePlan:
+    kind: int
+    # (term, used) per dependency, in get_dependencies() order.
+    terms: list[tuple[Term, bool]] = field(default_factory=list)
+    # The same as offsets, when every term is one.
+    offsets: list[Offset] | None = None
+    # Descriptor offsets wrap around int32 like Kaldi's; a component's
+    # get_input_indexes does not (such a value sends the request to the exact path).
+    wrap: bool = True
+    # Offset-style components call get_input_indexes with a time; they may
+    # refuse t = kNoTime, so such cindexes go to the exact algorithm.
+    needs_time: bool = False
+    all_used: bool = True
+    hook: Any = None   # the Component or Descriptor asked per cindex
+
+
+class BulkPlan:
+    """How to get each node's dependencies in bulk; ``eligible`` if the
+    network has no recurrence at all (then the cindex graph is acyclic)."""
+
+    def __init__(self, nnet: "Nnet") -> None:
+        self.eligible = not graph_has_cycles(nnet_to_directed_graph(nnet))
+        self.num_nodes = nnet.num_nodes()
+        self.plans: list[_NodePlan] = [self._plan(nnet, n, node)
+                                       for n, node in enumerate(nnet.nodes)]
+        plans = self.plans
+        self.is_input_node = np.array([p.kind == _KIND_INPUT for p in plans], dtype=bool)
+        self.is_output_node = np.array([nnet.is_output_node(n) for n in range(self.num_nodes)],
+                                       dtype=bool)
+        # Per node, for whole levels at once: is every dependency an offset,
+        # how many dependencies, where its offsets start in the term columns.
+        self.is_offsets = np.array([p.offsets is not None for p in plans], dtype=bool)
+        self.num_terms = np.array([len(p.terms) for p in plans], dtype=_I64)
+        self.needs_time = np.array([p.needs_time for p in plans], dtype=bool)
+        self.term_start = np.zeros(self.num_nodes, dtype=_I64)
+        cols: list[list[int]] = [[], [], [], [], []]   # src, dn, dt, dx, wrap
+        for i, p in enumerate(plans):
+            self.term_start[i] = len(cols[0])
+            for off in p.offsets or ():
+                for col, v in zip(cols, (*off, p.wrap)):
+                    col.append(v)
+        self.term_src, self.term_dn, self.term_dt, self.term_dx = (
+            np.array(c, dtype=_I64) for c in cols[:4])
+        self.term_wrap = np.array(cols[4], dtype=bool)
+
+    @staticmethod
+    def _plan(nnet: "Nnet", n: int, node: Any) -> _NodePlan:
+        kind = node.node_type
+        if kind is NodeType.INPUT:
+            return _NodePlan(_KIND_INPUT)
+        if kind is NodeType.DIM_RANGE:
+            src = node.node_index
+            return _NodePlan(_KIND_TERMS, [(lambda a, b, c: (src, a, b, c), True)],
+                             [(src, 0, 0, 0)])
+        if kind is NodeType.DESCRIPTOR:
+            desc = node.descriptor
+            terms: list[tuple[Term, bool, Offset | None]] = []
+            try:
+                if type(desc) is not d.Descriptor:
+                    raise _Unsupported("descriptor type")
+                for p in desc.parts:
+                    _sum_terms(p, True, terms)
+            except _Unsupported:
+                return _NodePlan(_KIND_GENERIC_DESCRIPTOR, hook=desc)
+            offsets = [off for _, _, off in terms]
+            return _NodePlan(_KIND_TERMS, [(fn, used) for fn, used, _ in terms],
+                             None if None in offsets else offsets,
+                             all_used=all(used for _, used, _ in terms))
+        comp = nnet.component_for_node(n)
+        offsets = _component_offsets(comp)
+        if offsets is None:
+            return _NodePlan(_KIND_GENERIC_COMPONENT, hook=comp)
+        src = n - 1
+        terms = []
+        for dn, dt, dx in offsets:
+            def term(a, b, c, dn=dn, dt=dt, dx=dx):
+                ans = src, a + dn, b + dt, c + dx
+                _check_int32(*ans[1:])
+                return ans
+            terms.append((term, True))
+        return _NodePlan(_KIND_TERMS, terms, [(src, *o) for o in offsets], wrap=False,
+                         needs_time=not uses_default_hooks(comp))
+
+
+# -- the result ----------------------------------------------------------------------------
+
+@dataclass
+class BulkGraph:
+    """A graph built by :func:`build_graph_bulk`, before pruning.
+
+    Every cindex is computable; cindex_ids ``0 .. num_inputs - 1`` are the
+    request's inputs and the next ``num_outputs`` its outputs, as in the
+    exact algorithm.  ``expand_rank[c]`` is the position of ``c`` in the
+    order the cindexes were expanded (-1 for inputs, which are not), which
+    orders ``depend_on_this``.
+    """
+
+    arrays: GraphArrays
+    num_inputs: int
+    num_outputs: int
+    expand_rank: np.ndarray
+    index: CindexIndex
+
+    def __len__(self) -> int:
+        return len(self.arrays.node)
+
+    def usable_count(self) -> np.ndarray:
+        """Kaldi's usable_count: 1 for requested outputs plus one per dependent."""
+        a = self.arrays
+        num = len(a.node)
+        ans = np.bincount(a.dep_flat, minlength=num).astype(_I64)
+        ans[self.num_inputs:self.num_inputs + self.num_outputs] += 1
+        return ans
+
+    def depend_on_this(self) -> list[list[int]]:
+        """Dependents of each cindex_id, in the order they were expanded."""
+        a = self.arrays
+        num = len(a.node)
+        parent = np.repeat(np.arange(num, dtype=_I64), np.diff(a.dep_offsets))
+        order = np.lexsort((self.expand_rank[parent], a.dep_flat))
+        dependents = parent[order].tolist()
+        bounds = np.searchsorted(a.dep_flat[order], np.arange(num + 1)).tolist()
+        return list(map(dependents.__getitem__, map(slice, bounds[:-1], bounds[1:])))
+
+
+def _request_columns(ios: Sequence[Any], nnet: "Nnet") -> tuple[np.ndarray, ...] | None:
+    """node, n, t, x (int64) of the Indexes of a list of IoSpecifications."""
+    nodes, cols = [], []
+    for io in ios:
+        node = nnet.get_node_index(io.name)
+        if node == -1:
+            return None
+        num = len(io.indexes)
+        array = getattr(io.indexes, "array", None)     # n_stride.IndexList
+        if array is not None:
+            rows = np.asarray(array, dtype=_I64).reshape(num, 3)
+        else:
+            rows = np.fromiter(chain.from_iterable(io.indexes), _I64, 3 * num).reshape(num, 3)
+        nodes.append(np.full(num, node, dtype=_I64))
+        cols.append(rows)
+    if not nodes:
+        return None
+    rows = np.concatenate(cols)
+    if rows.size and (rows.min() < _INT32_MIN or rows.max() > _INT32_MAX):
+        return None
+    return np.concatenate(nodes), rows[:, 0].copy(), rows[:, 1].copy(), rows[:, 2].copy()
+
+
+def _group_by(values: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """(value, positions) for each distinct small non-negative value, positions increasing."""
+    if values.size == 0:
+        return []
+    present = np.flatnonzero(np.bincount(values))
+    if len(present) == 1:
+        return [(int(present[0]), np.arange(len(values)))]
+    if len(present) <= 8:
+        # A level holds a few nodes: a scan per node beats a sort.
+        return [(int(v), np.flatnonzero(values == v)) for v in present]
+    order = np.argsort(values, kind="stable")
+    sorted_vals = values[order]
+    cuts = np.flatnonzero(sorted_vals[1:] != sorted_vals[:-1]) + 1
+    starts = np.concatenate([[0], cuts])
+    return [(int(sorted_vals[s]), part) for s, part in zip(starts, np.split(order, cuts))]
+
+
+def _check_int32(*cols: np.ndarray) -> None:
+    for c in cols:
+        if c.size and (int(c.min()) < _INT32_MIN or int(c.max()) > _INT32_MAX):
+            raise _Fallback("index out of the int32 range")
+
+
+def _ragged_positions(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """starts[i] + j for j < counts[i], for all i, concatenated."""
+    total = int(counts.sum())
+    return np.repeat(starts - (np.cumsum(counts) - counts), counts) + np.arange(total)
+
+
+class _Builder:
+    def __init__(self, plan: BulkPlan, misc_info: Any) -> None:
+        self.plan = plan
+        self.misc = misc_info
+        self.index = CindexIndex(plan.num_nodes)
+
+    def expand(self, node: np.ndarray, n: np.ndarray, t: np.ndarray,
+               x: np.ndarray) -> tuple[tuple[np.ndarray, ...], np.ndarray, np.ndarray]:
+        """Expand one level (consecutive cindex_ids; columns in id order),
+        taking it in reverse order as Kaldi's queue does.
+
+        Returns the columns of the cindexes created (numbered on from the
+        index's count, in creation order) and the level's dependencies: a
+        count per cindex_id and the sorted unique dependency ids, in
+        cindex_id order.
+        """
+        plan = self.plan
+        m = len(node)
+        node, n, t, x = node[::-1], n[::-1], t[::-1], x[::-1]   # processing order
+        if plan.is_input_node[node].any():
+            raise _Fallback("input-node cindex not supplied by the request")
+        timed = plan.needs_time[node]
+        if timed.any() and (t[timed] == K_NO_TIME).any():
+            raise _Fallback("offset component asked for t = kNoTime")
+        is_off = plan.is_offsets[node]
+        counts = plan.num_terms[node]
+        slow: list[tuple[int, np.ndarray, list | None]] = []
+        if not is_off.all():
+            others = np.flatnonzero(~is_off)
+            for nd, pos in _group_by(node[others]):
+                pos = others[pos]
+                p = plan.plans[nd]
+                lists = None
+                if p.kind != _KIND_TERMS:
+                    lists = self._generic_dependencies(nd, p, n[pos], t[pos], x[pos])
+                    counts[pos] = [len(lst) for lst in lists]
+                slow.append((nd, pos, lists))
+        starts = np.cumsum(counts) - counts
+        total = int(starts[-1] + counts[-1]) if m else 0
+        # Offset dependencies, all nodes at once.
+        parent = np.repeat(np.arange(m, dtype=_I64), counts)
+        term = np.arange(total, dtype=_I64) + (plan.term_start[node] - starts)[parent]
+        if slow:
+            off_entry = is_off[parent]
+            term[~off_entry] = 0
+        e_node = plan.term_src[term] if len(plan.term_src) else np.zeros(total, dtype=_I64)
+        cols = []
+        for col, delta in ((n, plan.term_dn), (t, plan.term_dt), (x, plan.term_dx)):
+            c = col[parent]
+            if len(delta):
+                c += delta[term]
+            cols.append(c)
+        e_n, e_t, e_x = cols
+        for c in cols:
+            if c.size and (int(c.min()) < _INT32_MIN or int(c.max()) > _INT32_MAX):
+                bad = (c < _INT32_MIN) | (c > _INT32_MAX)
+                if slow:
+                    bad &= off_entry      # (the others are filled in below)
+                bad = np.flatnonzero(bad)
+                if not plan.term_wrap[term[bad]].all():
+                    raise _Fallback("index out of the int32 range")
+                c[bad] = _wrap32(c[bad])
+        # The others, node by node.
+        for nd, pos, lists in slow:
+            if lists is None:
+                pn, pt, px = n[pos], t[pos], x[pos]
+                base_pos = starts[pos]
+                for k, (fn, _) in enumerate(plan.plans[nd].terms):
+                    dst = base_pos + k
+                    e_node[dst], e_n[dst], e_t[dst], e_x[dst] = fn(pn, pt, px)
+            else:
+                flat = list(chain.from_iterable(lists))
+                if flat:
+                    dst = _ragged_positions(starts[pos], counts[pos])
+                    rows = np.array(flat, dtype=_I64).reshape(len(flat), 4)
+                    _check_int32(rows[:, 1:])
+                    e_node[dst], e_n[dst], e_t[dst], e_x[dst] = rows.T
+        ids, first = self.index.resolve(e_node, e_n, e_t, e_x)
+        new = (e_node[first], e_n[first], e_t[first], e_x[first])
+        return new, *self._dedupe(counts, starts, ids)
+
+    @staticmethod
+    def _dedupe(counts: np.ndarray, starts: np.ndarray,
+                dep_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per parent (processing order), its dependency ids sorted and unique;
+        laid out in cindex_id order (the reverse)."""
+        m = len(counts)
+        if not m or int(counts.max()) <= 1:
+            # At most one each: reversing the entries is enough.
+            return counts[::-1].copy(), dep_ids[::-1].copy()
+        new_counts = counts.copy()
+        pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (pos, counts, values)
+        present = np.flatnonzero(np.bincount(counts))
+        present = present[present > 0]
+        if len(present) <= 8:
+            # Rows of equal length as small matrices, sorted along the rows.
+            for k in present.tolist():
+                pos = np.flatnonzero(counts == k)
+                mat = dep_ids[starts[pos][:, None] + np.arange(k)]
+                if k > 1:
+                    mat.sort(axis=1)
+                    dup = mat[:, 1:] == mat[:, :-1]
+                    if dup.any():
+                        keep = np.concatenate([np.ones((len(pos), 1), dtype=bool), ~dup], axis=1)
+                        new_counts[pos] = keep.sum(axis=1)
+                        pieces.append((pos, new_counts[pos], mat[keep]))
+                        continue
+                pieces.append((pos, counts[pos], mat.ravel()))
+        else:
+            parent = np.repeat(np.arange(m, dtype=_I64), counts)
+            big = int(dep_ids.max()) + 1
+            key = np.unique(parent * big + dep_ids)
+            pos_all = key // big
+            new_counts = np.bincount(pos_all, minlength=m).astype(_I64)
+            pieces.append((np.arange(m, dtype=_I64), new_counts, key - pos_all * big))
+        counts_by_id = new_counts[::-1]
+        offsets = np.cumsum(counts_by_id) - counts_by_id
+        flat_out = np.empty(int(counts_by_id.sum()), dtype=_I64)
+        for pos, c, values in pieces:
+            flat_out[_ragged_positions(offsets[m - 1 - pos], c)] = values
+        return counts_by_id.copy(), flat_out
+
+    def _generic_dependencies(self, nd: int, p: _NodePlan, n: np.ndarray, t: np.ndarray,
+                              x: np.ndarray) -> list[list[tuple[int, int, int, int]]]:
+        """Per cindex, the dependencies a hook lists, as (node, n, t, x) rows."""
+        out = []
+        try:
+            if p.kind == _KIND_GENERIC_COMPONENT:
+                comp, src = p.hook, nd - 1
+                for row in zip(n.tolist(), t.tolist(), x.tolist()):
+                    deps = comp.get_input_indexes(self.misc, _new_index(Index, row))
+                    out.append([(src, int(a), int(b), int(c)) for a, b, c in deps])
+            else:
+                desc = p.hook
+                for row in zip(n.tolist(), t.tolist(), x.tolist()):
+                    deps = desc.get_dependencies(_new_index(Index, row))
+                    out.append([(int(nd2), int(i[0]), int(i[1]), int(i[2])) for nd2, i in deps])
+        except Exception as e:   # the exact algorithm decides what this means
+            raise _Fallback(f"hook raised {e!r}") from e
+        return out
+
+
+def build_graph_bulk(plan: BulkPlan, nnet: "Nnet",
+                     request: ComputationRequest) -> BulkGraph | None:
+    """The graph Kaldi's builder makes for ``request`` on an empty graph, or
+    None when the fast path cannot promise the same answer."""
+    if not plan.eligible:
+        return None
+    try:
+        return _build(plan, nnet, request)
+    except _Fallback:
+        return None
+
+
+def _build(plan: BulkPlan, nnet: "Nnet", request: ComputationRequest) -> BulkGraph | None:
+    from .graph_bulk_prune import hooks_agree_computable
+
+    ins = _request_columns(request.inputs, nnet)
+    outs = _request_columns(request.outputs, nnet)
+    if ins is None or outs is None or not len(ins[0]) or not len(outs[0]):
+        return None
+    # Only input nodes may be given (component-node inputs are rare; exact path).
+    if not plan.is_input_node[ins[0]].all():
+        return None
+    builder = _Builder(plan, request.misc_info)
+    num_in, num_out = len(ins[0]), len(outs[0])
+    if not builder.index.add_initial(*(np.concatenate([a, b]) for a, b in zip(ins, outs))):
+        return None       # listed twice: the exact algorithm raises
+    sizes = [num_in, num_out]
+    dep_counts: list[np.ndarray] = [np.zeros(num_in, dtype=_I64)]
+    dep_flats: list[np.ndarray] = []
+    level = outs
+    while len(level[0]):
+        if len(sizes) > _MAX_LEVELS:
+            return None
+        # Levels are consecutive ranges of cindex_ids, so the dependencies
+        # come out in cindex_id order.
+        level, counts, flat = builder.expand(*level)
+        dep_counts.append(counts)
+        dep_flats.append(flat)
+        sizes.append(len(level[0]))
+    num = builder.index.count
+    offsets = np.zeros(num + 1, dtype=_I64)
+    np.cumsum(np.concatenate(dep_counts), out=offsets[1:])
+    node, n, t, x = builder.index.columns()
+    arrays = GraphArrays(
+        node=node, n=n, t=t, x=x,
+        is_input=np.concatenate([np.ones(num_in, dtype=bool), np.zeros(num - num_in, dtype=bool)]),
+        dep_offsets=offsets, dep_flat=np.concatenate(dep_flats).astype(np.int32))
+    # Expansion order: level by level, each level from its last cindex_id.
+    rank = np.full(num, -1, dtype=_I64)
+    bounds = np.cumsum(sizes).tolist()
+    done = 0
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        rank[lo:hi] = np.arange(done + hi - lo - 1, done - 1, -1)
+        done += hi - lo
+    if not hooks_agree_computable(plan, arrays, request.misc_info):
+        return None
+    return BulkGraph(arrays, num_in, num_out, rank, builder.index)

@@ -1,0 +1,348 @@
+"""The vectorised graph builder (compile/graph_bulk.py) gives the exact algorithm's graph.
+
+``ComputationGraphBuilder(nnet, use_shortcuts=False)`` runs Kaldi's algorithm
+one cindex at a time, asking every Descriptor and Component; that is the
+reference.  The default builder takes the vectorised path when it applies;
+every test here compares the whole state (cindex_ids in order, dependencies,
+input flags, computable states, usable counts, queue flags, depend_on_this,
+computable info) before and after pruning, and checks which path was taken.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pynnet3.compile.graph import ComputationGraphBuilder
+from pynnet3.compile.graph_bulk import BulkPlan, build_graph_bulk
+from pynnet3.compile.graph_types import ComputationGraph
+from pynnet3.compile.request import ComputationRequest, IoSpecification
+from pynnet3.errors import PynnetError
+from pynnet3.nnet.index import Index
+from pynnet3.nnet.nnet import Nnet
+from tests.compile.test_graph_builder import _parse_kaldi_request
+from tests.conftest import reference_dir
+
+
+def _nnet(text: str) -> Nnet:
+    nnet = Nnet()
+    nnet.read_config(text, "<test>")
+    return nnet
+
+
+def _state(nnet: Nnet, request: ComputationRequest, fast: bool):
+    """(took the vectorised path, state after compute(), state after prune() or None)."""
+    b = ComputationGraphBuilder(nnet, use_shortcuts=fast)
+    b.compute(request)
+    bulk = b._bulk is not None
+    g = b.graph
+    before = (list(g.cindexes), [list(d) for d in g.dependencies], list(g.is_input),
+              list(b.computable), list(b.usable_count), list(b.queued),
+              list(b.dependencies_computed), [list(d) for d in b.depend_on_this],
+              b.get_computable_info())
+    b.check()
+    after = None
+    if b.all_outputs_are_computable():
+        b.prune()
+        after = (list(g.cindexes), [list(d) for d in g.dependencies], list(g.is_input),
+                 list(g.segment_ends), list(b.computable), list(b.usable_count))
+    return bulk, before, after
+
+
+def _assert_same(nnet: Nnet, request: ComputationRequest, what: str = "") -> bool:
+    """Compare the two paths; return whether the fast one was vectorised."""
+    bulk, before, after = _state(nnet, request, True)
+    ref_bulk, ref_before, ref_after = _state(nnet, request, False)
+    assert not ref_bulk
+    for i, (a, b) in enumerate(zip(before, ref_before)):
+        assert a == b, f"{what}: field {i} of the state after compute() differs"
+    assert after == ref_after, f"{what}: state after prune() differs"
+    return bulk
+
+
+def _frames(t0: int, t1: int, num_seq: int = 1) -> list[Index]:
+    return [Index(n, t, 0) for n in range(num_seq) for t in range(t0, t1)]
+
+
+# Every kind of descriptor expression, a dim-range node and a Failover whose
+# second branch (node y) is computable but unused, so pruning drops it.
+_MIXED = """
+input-node name=input dim=2
+input-node name=ivector dim=2
+component name=y type=RectifiedLinearComponent dim=2
+component-node name=y component=y input=input
+component name=a type=AffineComponent input-dim=4 output-dim=2
+component-node name=a component=a input=Append(Failover(Offset(input, -1), y), \
+ReplaceIndex(ivector, t, 0))
+component name=b type=AffineComponent input-dim=6 output-dim=2
+component-node name=b component=b input=Append(IfDefined(Offset(a, 2)), \
+Switch(a, Offset(a, 1)), Round(a, 3))
+dim-range-node name=d input-node=b dim-offset=0 dim=1
+component name=c type=AffineComponent input-dim=2 output-dim=2
+component-node name=c component=c input=Append(d, Sum(Offset(d, -1), Const(1.0, 1)))
+output-node name=output input=c
+"""
+
+
+def _mixed_request(t0: int, t1: int) -> ComputationRequest:
+    # Outputs ordered t-major (as Kaldi's merged egs are), inputs n-major.
+    return ComputationRequest(
+        inputs=[IoSpecification("input", _frames(t0, t1, 2)),
+                IoSpecification("ivector", [Index(n, 0, 0) for n in range(2)])],
+        outputs=[IoSpecification("output", [Index(n, t, 0) for t in range(10) for n in range(2)])])
+
+
+def test_every_descriptor_kind_and_failover_pruning():
+    nnet = _nnet(_MIXED)
+    assert _assert_same(nnet, _mixed_request(-20, 30), "enough input")
+    b = ComputationGraphBuilder(nnet)
+    b.compute(_mixed_request(-20, 30))
+    num_before = len(b.graph)
+    b.prune()
+    y = nnet.get_node_index("y")
+    assert y not in {node for node, _ in b.graph.cindexes}   # Failover used Offset(input, -1)
+    assert len(b.graph) < num_before
+    # Too few input frames: some cindexes are not computable, the exact
+    # algorithm runs (and the answer is still the same).
+    assert not _assert_same(nnet, _mixed_request(-1, 12), "short input")
+
+
+def test_descriptor_asked_per_cindex():
+    """A Descriptor the vectorised path does not know is asked once per cindex."""
+    from pynnet3.nnet.descriptor import Descriptor
+
+    class OwnDescriptor(Descriptor):
+        pass
+
+    nnet = _nnet(_MIXED)
+    for name in ("a_input", "b_input"):
+        node = nnet.nodes[nnet.get_node_index(name)]
+        node.descriptor = OwnDescriptor(node.descriptor.parts)
+    plans = BulkPlan(nnet).plans
+    assert plans[nnet.get_node_index("b_input")].hook is not None
+    assert _assert_same(nnet, _mixed_request(-20, 30), "own descriptor")
+
+
+def test_cindex_index_against_a_dict():
+    """Batches that widen the t range and add (n, x) pairs: the dense table
+    grows, then turns sorted (kNoTime); ids as a dict would give them."""
+    from pynnet3.compile.graph_bulk_index import CindexIndex
+    from pynnet3.nnet.index import K_NO_TIME
+
+    rng = np.random.default_rng(0)
+    index = CindexIndex(5)
+    ref: dict[tuple, int] = {}
+    for batch in range(12):
+        size = int(rng.integers(1, 300))
+        spread = 10 * (batch + 1) ** 3
+        cols = [rng.integers(0, 5, size), rng.integers(0, 2 + batch, size),
+                rng.integers(-spread, spread, size), rng.integers(0, 2, size)]
+        if batch == 9:
+            cols[2][:5] = K_NO_TIME
+        cols = [c.astype(np.int64) for c in cols]
+        ids, first = index.resolve(*cols)
+        expected, expected_first = [], []
+        for i, key in enumerate(zip(*(c.tolist() for c in cols))):
+            if key not in ref:
+                ref[key] = len(ref)
+                expected_first.append(i)
+            expected.append(ref[key])
+        assert ids.tolist() == expected and first.tolist() == expected_first
+        probe = [c[::-1].copy() for c in cols]
+        probe[2][0] += 1
+        want = [ref.get(k, -1) for k in zip(*(c.tolist() for c in probe))]
+        assert index.lookup(*probe).tolist() == want
+    assert index._grid is None and index.count == len(ref)
+
+
+def test_far_apart_frames():
+    """Frames a million apart: the dense cindex table would be huge; the
+    sorted one is used, with the same answer."""
+    from tests.compile.test_graph_builder import _tdnnf_config
+
+    nnet = _nnet(_tdnnf_config(2))
+    frames = _frames(-20, 30) + [Index(0, t, 0) for t in range(10 ** 6 - 20, 10 ** 6 + 30)]
+    request = ComputationRequest(
+        inputs=[IoSpecification("input", frames), IoSpecification("ivector", _frames(0, 1))],
+        outputs=[IoSpecification("output", [Index(0, 0, 0), Index(0, 10 ** 6, 0)])])
+    assert _assert_same(nnet, request, "far apart")
+    b = ComputationGraphBuilder(nnet)
+    b.compute(request)
+    assert b._bulk.index._grid is None
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_requests_on_small_networks(seed: int):
+    """Odd n and x values, shuffled outputs, missing frames (exact path) or not."""
+    import random
+
+    from tests.compile.test_graph_builder import _TDNN, _tdnnf_config
+
+    rng = random.Random(seed)
+    nets = [_nnet(_MIXED), _nnet(_tdnnf_config(3)), _nnet(_TDNN)]
+    vectorised = 0
+    for case in range(40):
+        nnet = rng.choice(nets)
+        ns = rng.sample(range(-3, 70), rng.randint(1, 3))
+        xs = rng.choice([[0], [0, 1], [5]])
+        clean = rng.random() < 0.6
+        lo, hi = (-40, 70) if clean else (rng.randint(-30, 0), rng.randint(5, 40))
+        inputs = [IoSpecification("input", [
+            Index(n, t, x) for n in ns for x in xs for t in range(lo, hi)
+            if clean or rng.random() > 0.02])]
+        if nnet.get_node_index("ivector") != -1:
+            inputs.append(IoSpecification("ivector", [
+                Index(n, t, x) for n in ns for x in xs for t in rng.choice([[0], [-5, 0, 5]])]))
+        outputs = sorted({Index(n, rng.randint(-5, 30), x) for n in ns for x in xs
+                          for _ in range(rng.randint(1, 20))})
+        rng.shuffle(outputs)
+        request = ComputationRequest(inputs=inputs,
+                                     outputs=[IoSpecification("output", outputs)])
+        vectorised += _assert_same(nnet, request, f"seed {seed} case {case}")
+    assert vectorised >= 10
+
+
+def test_fallbacks_give_the_exact_answer():
+    nnet = _nnet(_MIXED)
+    plan = BulkPlan(nnet)
+    assert plan.eligible
+    # Listed twice, and an unknown node: the exact algorithm raises.
+    req = _mixed_request(-20, 30)
+    req.inputs[0].indexes.append(Index(0, 0, 0))
+    assert build_graph_bulk(plan, nnet, req) is None
+    with pytest.raises(PynnetError, match="more than once"):
+        ComputationGraphBuilder(nnet).compute(req)
+    req = _mixed_request(-20, 30)
+    req.outputs[0].name = "nope"
+    assert build_graph_bulk(plan, nnet, req) is None
+    # A recurrent network never takes the vectorised path.
+    rnn = _nnet("""
+input-node name=input dim=4
+component name=a1 type=AffineComponent input-dim=7 output-dim=3
+component name=t1 type=TanhComponent dim=3
+component-node name=a1 component=a1 input=Append(input, IfDefined(Offset(r, -1)))
+component-node name=r component=t1 input=a1
+output-node name=output input=r
+""")
+    assert not BulkPlan(rnn).eligible
+    req = ComputationRequest(inputs=[IoSpecification("input", _frames(0, 8))],
+                             outputs=[IoSpecification("output", _frames(0, 8))])
+    assert not _assert_same(rnn, req, "rnn")
+
+
+def test_multi_segment_after_vectorised_first_segment():
+    nnet = _nnet(_MIXED)
+    second = ComputationRequest(
+        inputs=[IoSpecification("input", _frames(30, 40, 2))],
+        outputs=[IoSpecification("output", [Index(n, t, 0) for t in range(10, 20)
+                                            for n in range(2)])])
+    states = []
+    for fast in (True, False):
+        b = ComputationGraphBuilder(nnet, use_shortcuts=fast)
+        b.compute(_mixed_request(-20, 30))
+        b.prune()
+        assert b._bulk_pruned == fast
+        b.compute(second)
+        assert b.all_outputs_are_computable()
+        b.prune()
+        states.append((list(b.graph.cindexes), list(b.graph.dependencies),
+                       list(b.graph.is_input), list(b.graph.segment_ends)))
+    assert states[0] == states[1]
+    assert len(states[0][3]) == 2
+
+
+def test_graph_arrays_match_the_lists():
+    nnet = _nnet(_MIXED)
+    b = ComputationGraphBuilder(nnet)
+    b.compute(_mixed_request(-20, 30))
+    b.prune()
+    graph = b.graph
+    assert not graph.has_lists()
+    arrays = graph.arrays()
+    assert arrays.node.dtype == np.int32 and len(graph) == len(arrays.node)
+    # The same graph built from lists gives the same columns.
+    copy = ComputationGraph()
+    for cindex, is_input, deps in zip(graph.cindexes, graph.is_input, graph.dependencies):
+        cid, _ = copy.add_cindex(cindex, is_input)
+        copy.dependencies[cid] = list(deps)
+    for a, b2 in zip(arrays, copy.arrays()):
+        assert np.array_equal(a, b2)
+    # Reading the lists keeps the arrays; changing the graph drops them.
+    assert graph.arrays() is arrays and graph.get_cindex_id(graph.cindexes[3]) == 3
+    cid, new = graph.add_cindex((0, Index(5, 5, 5)), False)
+    assert new and cid == len(arrays.node) and graph.has_lists()
+    assert len(graph.arrays().node) == cid + 1
+    assert np.array_equal(graph.arrays().dep_flat, arrays.dep_flat)
+
+
+# -- real networks ------------------------------------------------------------------------
+
+def _reference_cases():
+    ref = reference_dir()
+    for d in sorted((ref / "random").iterdir()):
+        if (d / "request.kaldi-text").is_file():
+            yield d, sorted(d.glob("config*.txt"), key=lambda p: int(p.stem[6:]))
+
+
+def test_same_graph_on_kaldi_random_requests():
+    """Kaldi's own test networks and requests (those it compiled)."""
+    compared = vectorised = 0
+    for d, configs in _reference_cases():
+        nnet = Nnet()
+        try:
+            for cfg in configs:
+                nnet.read_config(cfg.read_text(), str(cfg))
+        except PynnetError as e:
+            if "unknown component type" in str(e):
+                continue
+            raise
+        request = _parse_kaldi_request((d / "request.kaldi-text").read_text())
+        vectorised += _assert_same(nnet, request, d.name)
+        compared += 1
+    print(f"\n{compared} reference requests, {vectorised} built by the vectorised path")
+    assert compared >= 50
+    # Kaldi's random networks are a third recurrent; most others are clean.
+    assert vectorised >= 30
+
+
+@pytest.mark.parametrize("name", [
+    "cnn_e2eali_ocr_bentham_1a", "tdnn_attention_swbd_1a", "tdnn_lstm_swbd_1e",
+    "tdnn_xent_nnet3_wsj_1b", "tdnnf_librispeech_1d",
+    # Slow on the exact path, and they do not take the vectorised one anyway.
+    pytest.param("lstmp_swbd_6j", marks=pytest.mark.slow),
+    pytest.param("tdnn_norm_opgru_ami_1a", marks=pytest.mark.slow),
+    pytest.param("xvector_sre16_1a", marks=pytest.mark.slow)])
+def test_same_graph_on_recipe_networks(name: str):
+    path = reference_dir() / "configs" / name / "ref.config"
+    if not path.is_file():
+        pytest.skip(f"{path} absent")
+    try:
+        nnet = _nnet(path.read_text())
+    except PynnetError as e:
+        if "unknown component type" in str(e):
+            pytest.skip(f"component support missing: {e}")
+        raise
+    feedforward = BulkPlan(nnet).eligible
+    # Two sequences, 8 output frames, input wide enough for any of these
+    # networks (everything computable: the vectorised path for feed-forward ones).
+    inputs = [IoSpecification("input", _frames(-60, 70, 2))]
+    if nnet.get_node_index("ivector") != -1:
+        inputs.append(IoSpecification("ivector", _frames(-60, 70, 2)))
+    out_frames = [Index(n, t, 0) for t in range(0, 8) for n in range(2)]
+    if name.startswith("xvector"):
+        out_frames = [Index(n, 0, 0) for n in range(2)]   # one embedding per sequence
+    request = ComputationRequest(inputs=inputs, outputs=[IoSpecification("output", out_frames)])
+    assert _assert_same(nnet, request, name) == (feedforward and name not in (
+        "xvector_sre16_1a",))   # statistics pooling has optional inputs: not "clean"
+
+
+def test_same_graph_on_vosk_model(vosk_mdl: Path):
+    from pynnet3.compile.request_io import build_request
+    from pynnet3.nnet.model_io import read_nnet
+
+    nnet = read_nnet(str(vosk_mdl))
+    # Every node in bulk (TdnnComponent through its offsets hook): no per-cindex calls.
+    assert all(p.hook is None for p in BulkPlan(nnet).plans)
+    request = build_request(nnet, 2, 150, need_model_derivative=True, context=(34, 34))
+    assert _assert_same(nnet, request, "vosk")
