@@ -453,3 +453,27 @@ def test_get_num_nvalues() -> None:
     assert get_num_nvalues(egs[0].io, False) == 16
     assert get_num_nvalues(egs[0].io, True) == 16
     assert get_num_nvalues(egs[0].io, False, GlibcRand(1).rand_int) == 16
+
+
+def test_computations_are_reused_per_example_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Minibatches of one shape are compiled once (later ones count as
+    memory hits); an example of another shape gets its own computation."""
+    merged = examples("affine_xent")
+    single = examples("affine_xent", "egs.ark")          # unmerged: 1 eg, other n's
+    nnet = read_nnet(str(case_dir("affine_xent") / "0.raw"))
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), \
+            NnetTrainer(NnetTrainerOptions(), nnet, GlibcRand(1)) as trainer:
+        requests = []
+        compile_request = trainer.compiler.compile
+        monkeypatch.setattr(trainer.compiler, "compile",
+                            lambda request: requests.append(request) or compile_request(request))
+        for eg in merged[:4]:
+            trainer.train(eg)
+        assert len(requests) == 1 and len(requests[0].outputs[0].indexes) == 16 * 8
+        hits = trainer.compiler.num_memory_hits
+        assert hits >= 3
+        trainer.train(single[0])
+        trainer.train(merged[4])
+        assert len(requests) == 2 and len(requests[1].outputs[0].indexes) == 8
+        assert trainer.compiler.num_memory_hits == hits + 1

@@ -29,6 +29,7 @@ GetNumNvalues check, the orthonormal constraint's 1-in-4 choice).
 from __future__ import annotations
 
 import copy
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -205,6 +206,8 @@ class NnetTrainer:
             cache_dir=self.cache_location.cache_dir,
             use_disk=self.cache_location.cache_dir is not None)
         self.num_minibatches_processed = 0
+        # Computations by example structure (see _computation_for).
+        self._computations: OrderedDict[tuple, Any] = OrderedDict()
         self.max_change_stats = MaxChangeStats.for_nnet(nnet)
         self.srand_seed = self.rand.rand_int(0, 100000)
         self.objf_info: dict[str, ObjectiveFunctionInfo] = {}
@@ -219,9 +222,7 @@ class NnetTrainer:
     # -- the public interface ---------------------------------------------------
     def train(self, eg: "NnetExample") -> None:
         """One SGD step on the minibatch ``eg``."""
-        request = get_computation_request(self.nnet, eg, True,
-                                          self.config.store_component_stats)
-        computation = self.compiler.compile(request)
+        computation = self._computation_for(eg)
         cfg = self.config
         if (cfg.backstitch_training_scale > 0.0
                 and self.num_minibatches_processed % cfg.backstitch_training_interval
@@ -261,6 +262,31 @@ class NnetTrainer:
         self.close()
 
     # -- internals -----------------------------------------------------------------
+    def _computation_for(self, eg: "NnetExample") -> Any:
+        """The compiled computation of ``eg``'s request.
+
+        The request is a function of the names and Indexes of the example's
+        inputs and outputs (the network and the options are fixed for this
+        trainer), so successive minibatches of the same shape - nearly all of
+        them - reuse the computation without building the request's Index
+        lists and hashing them again; such reuses count as memory hits of the
+        compiler's cache."""
+        capacity = self.config.compiler_config.cache_capacity
+        key = tuple((io.name, io.indexes.tobytes()) for io in eg.io)
+        computation = self._computations.get(key)
+        if computation is not None:
+            self._computations.move_to_end(key)
+            self.compiler.num_memory_hits += 1
+            return computation
+        request = get_computation_request(self.nnet, eg, True,
+                                          self.config.store_component_stats)
+        computation = self.compiler.compile(request)
+        if capacity > 0:          # (no cache: compile every time, as Kaldi does)
+            self._computations[key] = computation
+            while len(self._computations) > capacity:
+                self._computations.popitem(last=False)
+        return computation
+
     def _reseed_for_backstitch(self) -> None:
         # Kaldi: srand(seed + minibatch) then ResetGenerators, so that both
         # backstitch passes see the same dropout masks.

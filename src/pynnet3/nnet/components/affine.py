@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ...blas import add_mat_mat, trace_mat_mat_t
 from ...kaldi_io import KaldiReader, KaldiWriter
 from ..config_line import ConfigLine
 from .base import (Component, Prop, UpdatableComponent, fmt_g, print_parameter_stats,
@@ -147,7 +148,10 @@ def _add_arrays(alpha: float, pairs: list[tuple[np.ndarray, np.ndarray]]) -> Non
     for dst, src in pairs:
         if dst.shape != src.shape:
             raise ValueError(f"Add: shape mismatch {dst.shape} vs {src.shape}")
-        dst += a * src
+        if a == 1.0:
+            dst += src          # the usual case (no max-change): no temporary
+        else:
+            dst += a * src
 
 
 def _rows_of(in_value: np.ndarray, out_value: np.ndarray) -> None:
@@ -188,10 +192,10 @@ class AffineParamsMixin:
             self.bias_params += np.float32(stddev) * randn(*self.bias_params.shape)
 
     def dot_product(self, other: "AffineParamsMixin") -> float:
-        return float(np.vdot(self.linear_params.astype(np.float64),
-                             other.linear_params.astype(np.float64))
-                     + np.dot(self.bias_params.astype(np.float64),
-                              other.bias_params.astype(np.float64)))
+        # Kaldi: TraceMatMat(linear, other linear, kTrans) + VecVec(bias, other bias);
+        # float32 products, no float64 copies of the parameters.
+        return (trace_mat_mat_t(self.linear_params, other.linear_params)
+                + trace_mat_mat_t(self.bias_params, other.bias_params))
 
     def vectorize(self) -> np.ndarray:
         """Kaldi's Vectorize: the linear parameters row by row, then the bias."""
@@ -333,8 +337,10 @@ class AffineComponent(AffineParamsMixin, UpdatableComponent):
     # -- math --------------------------------------------------------------
     def propagate(self, indexes: Any, in_value: np.ndarray, out_value: np.ndarray) -> None:
         _rows_of(in_value, out_value)
-        out_value[...] = self.bias_params
-        out_value += in_value @ self.linear_params.T
+        # bias + in * W^T, the product written straight into out_value
+        # (x + b == b + x exactly, so this is Kaldi's result bit for bit).
+        np.matmul(in_value, self.linear_params.T, out=out_value)
+        out_value += self.bias_params
         return None
 
     def backprop(self, debug_info: str, indexes: Any, in_value: np.ndarray | None,
@@ -343,7 +349,7 @@ class AffineComponent(AffineParamsMixin, UpdatableComponent):
         # BACKPROP_ADDS: in_deriv is added to.  The input derivative comes
         # first so that it uses the parameters before any update of self.
         if in_deriv is not None:
-            in_deriv += out_deriv @ self.linear_params
+            add_mat_mat(1.0, out_deriv, self.linear_params, 1.0, in_deriv)
         if isinstance(to_update, AffineComponent):
             if to_update.is_gradient:
                 to_update.update_simple(in_value, out_deriv)
@@ -354,7 +360,7 @@ class AffineComponent(AffineParamsMixin, UpdatableComponent):
         """Plain SGD step (or gradient accumulation when is_gradient)."""
         lr = np.float32(self.learning_rate)
         self.bias_params += lr * out_deriv.sum(axis=0, dtype=np.float32)
-        self.linear_params += lr * (out_deriv.T @ in_value)
+        add_mat_mat(float(lr), out_deriv.T, in_value, 1.0, self.linear_params)
 
     def update(self, debug_info: str, in_value: np.ndarray, out_deriv: np.ndarray) -> None:
         """The training update; subclasses precondition (natural gradient)."""
@@ -475,8 +481,11 @@ class NaturalGradientAffineComponent(AffineComponent):
         lrate, in_temp, out_temp = precondition_in_out(
             self.preconditioner_in, self.preconditioner_out, in_value, out_deriv,
             self.learning_rate, append_ones=True)
-        self.bias_params += lrate * (out_temp.T @ in_temp[:, -1])
-        self.linear_params += lrate * (out_temp.T @ in_temp[:, :-1])
+        # Both products accumulate straight into the parameters (Kaldi's
+        # AddMatVec / AddMatMat with beta = 1), reading column ranges of in_temp.
+        cols = in_value.shape[1]
+        add_mat_mat(float(lrate), out_temp.T, in_temp[:, cols:], 1.0, self.bias_params[:, None])
+        add_mat_mat(float(lrate), out_temp.T, in_temp[:, :cols], 1.0, self.linear_params)
 
 
 # ---------------------------------------------------------------------------
@@ -630,7 +639,7 @@ class LinearComponent(UpdatableComponent):
         self.params += np.float32(stddev) * randn(*self.params.shape)
 
     def dot_product(self, other: "LinearComponent") -> float:
-        return float(np.vdot(self.params.astype(np.float64), other.params.astype(np.float64)))
+        return trace_mat_mat_t(self.params, other.params)
 
     def vectorize(self) -> np.ndarray:
         return self.params.reshape(-1).copy()
@@ -651,25 +660,26 @@ class LinearComponent(UpdatableComponent):
     def propagate(self, indexes: Any, in_value: np.ndarray, out_value: np.ndarray) -> None:
         # PROPAGATE_ADDS: the caller has zeroed (or pre-filled) out_value.
         _rows_of(in_value, out_value)
-        out_value += in_value @ self.params.T
+        add_mat_mat(1.0, in_value, self.params.T, 1.0, out_value)
         return None
 
     def backprop(self, debug_info: str, indexes: Any, in_value: np.ndarray | None,
                  out_value: np.ndarray | None, out_deriv: np.ndarray, memo: Any,
                  to_update: Component | None, in_deriv: np.ndarray | None) -> None:
         if in_deriv is not None:
-            in_deriv += out_deriv @ self.params
+            add_mat_mat(1.0, out_deriv, self.params, 1.0, in_deriv)
         if not isinstance(to_update, LinearComponent):
             return
         if to_update.is_gradient:
-            to_update.params += np.float32(to_update.learning_rate) * (out_deriv.T @ in_value)
+            add_mat_mat(float(np.float32(to_update.learning_rate)), out_deriv.T, in_value, 1.0,
+                        to_update.params)
             return
         # Kaldi preconditions here whatever use-natural-gradient says (the
         # flag is only stored and printed); kept for identical training.
         lrate, in_temp, out_temp = precondition_in_out(
             to_update.preconditioner_in, to_update.preconditioner_out, in_value, out_deriv,
             to_update.learning_rate, append_ones=False)
-        to_update.params += lrate * (out_temp.T @ in_temp)
+        add_mat_mat(float(lrate), out_temp.T, in_temp, 1.0, to_update.params)
 
 
 # ---------------------------------------------------------------------------
@@ -752,8 +762,10 @@ class FixedAffineComponent(Component):
 
     def propagate(self, indexes: Any, in_value: np.ndarray, out_value: np.ndarray) -> None:
         _rows_of(in_value, out_value)
-        out_value[...] = self.bias_params
-        out_value += in_value @ self.linear_params.T
+        # bias + in * W^T, the product written straight into out_value
+        # (x + b == b + x exactly, so this is Kaldi's result bit for bit).
+        np.matmul(in_value, self.linear_params.T, out=out_value)
+        out_value += self.bias_params
         return None
 
     def backprop(self, debug_info: str, indexes: Any, in_value: np.ndarray | None,

@@ -36,6 +36,7 @@ import math
 import numpy as np
 
 from ... import log
+from ...blas import add_mat_mat, trace_mat_mat_t
 from ...errors import NumericalError
 from .base import fmt_g, rng
 
@@ -58,8 +59,7 @@ def f32(x: float) -> float:
 
 def _trace_mat_mat_t(x: np.ndarray) -> float:
     """tr(X X^T) as a float (Kaldi's TraceMatMat(X, X, kTrans))."""
-    x64 = x.astype(F64, copy=False)
-    return f32(np.einsum("ij,ij->", x64, x64))
+    return f32(trace_mat_mat_t(x))
 
 
 def init_orthonormal_special(num_rows: int, num_cols: int) -> np.ndarray:
@@ -321,7 +321,7 @@ class OnlineNaturalGradient:
         H_t = X @ W_t.T                                          # N x R
         if not updating:
             # Apply the current estimate only: X_hat = X - H_t W_t.
-            X -= H_t @ W_t
+            add_mat_mat(-1.0, H_t, W_t, 1.0, X)
             return
         J_t = H_t.T @ X                                          # R x D
         if N > D:
@@ -358,7 +358,7 @@ class OnlineNaturalGradient:
             if self.self_debug:
                 log.warn(f"Floored {num_floored} elements of C_t.")
 
-        X -= H_t @ W_t                                           # X_hat = X - H_t W_t
+        add_mat_mat(-1.0, H_t, W_t, 1.0, X)                      # X_hat = X - H_t W_t
 
         sqrt_c_t = np.sqrt(c_t).astype(F32)
         # rho_{t+1} keeps tr(F_{t+1}) = tr(T_t)  (Kaldi's eqn:rhot1).

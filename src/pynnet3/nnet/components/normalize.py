@@ -419,22 +419,36 @@ class BatchNormComponent(Component):
             num_frames = x.shape[0]
             memo = BatchNormMemo(num_frames, np.zeros((5, self.block_dim), dtype=_F32))
             mean, uvar, scale = memo.mean_uvar_scale[0], memo.mean_uvar_scale[1], memo.mean_uvar_scale[2]
-            x64 = x.astype(np.float64)
             inv_n = _F32(1.0 / num_frames)
-            mean[:] = x64.sum(axis=0).astype(_F32) * inv_n
-            uvar[:] = np.einsum("ij,ij->j", x64, x64).astype(_F32) * inv_n
+            # Column sums in double (float32 products are exact there); the
+            # dtype= forms cast in small buffers instead of copying x.
+            mean[:] = x.sum(axis=0, dtype=np.float64).astype(_F32) * inv_n
+            uvar[:] = np.einsum("ij,ij->j", x, x, dtype=np.float64).astype(_F32) * inv_n
             # Scale by 1/target_rms^2 here, which saves a multiply later.
             var_scale = _F32(1.0 / (self.target_rms * self.target_rms))
             sc = uvar * var_scale + (-var_scale * mean) * mean
             sc = np.maximum(sc, _F32(0.0)) + _F32(var_scale * _F32(self.epsilon))
             scale[:] = (1.0 / np.sqrt(sc.astype(np.float64))).astype(_F32)
-            y = (x - mean) * scale
-            out_value[...] = y.reshape(out_value.shape)
+            # out = (x - mean) * scale, in place in out_value (which may be x).
+            y = reshape_rows(out_value, self.block_dim)
+            np.subtract(x, mean, out=y)
+            y *= scale
             return memo
         if self.offset.shape[0] != self.block_dim:
             raise RuntimeError("Test mode set in BatchNormComponent, but no stats.")
-        y = x * self.scale_ + self.offset
-        out_value[...] = y.reshape(out_value.shape)
+        # out = in * scale + offset, written straight into out_value (the
+        # usual case is in place) when it can be seen in blocks without a copy.
+        if x.shape == out_value.shape:
+            y = out_value
+        elif out_value.flags.c_contiguous:
+            y = out_value.reshape(x.shape)       # a view
+        else:
+            y = None
+        if y is None:
+            out_value[...] = (x * self.scale_ + self.offset).reshape(out_value.shape)
+        else:
+            np.multiply(x, self.scale_, out=y)
+            y += self.offset
         return None
 
     def backprop(self, debug_info, indexes, in_value: np.ndarray | None,
@@ -465,12 +479,16 @@ class BatchNormComponent(Component):
         var_deriv_mod = memo.mean_uvar_scale[3]
         temp = memo.mean_uvar_scale[4]
         coeff = _F32(-1.0 / (self.target_rms * self.target_rms * num_frames))
-        var_deriv_mod[:] = coeff * np.einsum("ij,ij->j", z.astype(np.float64),
-                                             dz.astype(np.float64)).astype(_F32)
+        var_deriv_mod[:] = coeff * np.einsum("ij,ij->j", z, dz,
+                                             dtype=np.float64).astype(_F32)
         var_deriv_mod *= scale
         temp[:] = _F32(-1.0 / num_frames) * dz.sum(axis=0, dtype=np.float64).astype(_F32)
         # Both column statistics are taken before dx (maybe dz) is written.
-        dx[...] = (dz + temp) * scale + z * var_deriv_mod
+        # dx = (dz + temp) * scale + z * var_deriv_mod, rounded in that order.
+        z_term = z * var_deriv_mod
+        np.add(dz, temp, out=dx)
+        dx *= scale
+        dx += z_term
 
     def store_stats(self, in_value: np.ndarray, out_value: np.ndarray, memo) -> None:
         if self.test_mode:
