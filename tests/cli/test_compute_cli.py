@@ -156,3 +156,20 @@ def test_progress_only_on_a_terminal_when_writing_a_file() -> None:
     assert progress_wanted("out.ark", term)
     assert not progress_wanted("-", term) and not progress_wanted("| gzip -c > x", term)
     assert not progress_wanted("out.ark", io.StringIO())
+
+
+def test_minibatch_size_and_cpu_backends(case: dict[str, Path]) -> None:
+    """Chunks one at a time (Kaldi's way), in batches (the default) and with
+    the Numba backend all give Kaldi's out_b (several chunks per utterance)."""
+    src, work = case["src"], case["work"]
+    ref = load(src / "out_b.ark")
+    for extra in (["--minibatch-size=1"], ["--minibatch-size=3"], ["--cpu-backend=numba"]):
+        p = run("nnet3-compute", *extra, "--use-gpu=no", "--frames-per-chunk=20",
+                "--extra-left-context=15", "--extra-right-context=5",
+                f"--ivectors=ark:{src}/ivectors_test.ark", str(src / "1.raw"),
+                f"ark:{src}/feats_test.ark", "ark:out_mb.ark", cache=case["cache"], cwd=work)
+        assert p.returncode == 0, p.stderr.decode()
+        assert_tables_close(load(work / "out_mb.ark"), ref)
+    p = run("nnet3-compute", "--minibatch-size=0", str(src / "1.raw"),
+            f"ark:{src}/feats_test.ark", "ark:/dev/null", cache=case["cache"], cwd=work)
+    assert p.returncode == 1 and "--minibatch-size must be >= 1" in p.stderr.decode()

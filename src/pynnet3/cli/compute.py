@@ -79,9 +79,19 @@ def _optimization_options(f: Any) -> Any:
               "cache (default: $PYNNET3_CACHE_DIR or ~/.cache/pynnet3/computations).")
 @bool_option("--use-disk-cache", True, "(pynnet3) Look computations up in, and add them to, "
              "the on-disk cache.")
+@click.option("--cpu-backend", type=click.Choice(["numpy", "numba"]), default="numpy",
+              show_default=True, help="(pynnet3) How to compute on the CPU: numpy (NumPy and "
+              "its BLAS only) or numba (the Numba backend's kernels for the row operations, "
+              "faster on large row copies; loading them costs about 0.7 s at start-up).")
+@click.option("--minibatch-size", type=int, default=16, show_default=True,
+              help="(pynnet3) Most chunks computed together, as the sequences of one "
+              "computation: the same chunks as one at a time and the same output up to float "
+              "rounding, much faster.  1: one chunk per computation, as Kaldi's nnet3-compute.")
 @click.argument("args", nargs=-1)
 def command(args: tuple[str, ...], **kw: Any) -> None:
     check_num_args(args, (3,))
+    if kw["minibatch_size"] < 1:
+        raise click.UsageError("--minibatch-size must be >= 1")
     from ..cache import CachingCompilerOptions
     from ..compute.computer import NnetComputeOptions
     from ..compute.decodable import NnetSimpleComputationOptions
@@ -103,8 +113,9 @@ def command(args: tuple[str, ...], **kw: Any) -> None:
         opts=opts, ivector_rspecifier=kw["ivectors"], utt2spk_rspecifier=kw["utt2spk"],
         online_ivector_rspecifier=kw["online_ivectors"],
         online_ivector_period=kw["online_ivector_period"], apply_exp=kw["apply_exp"],
-        use_priors=kw["use_priors"], backend=_backend(kw["use_gpu"]),
-        cache_dir=kw["cache_dir"] or None, use_disk_cache=kw["use_disk_cache"])
+        use_priors=kw["use_priors"], backend=_backend(kw["use_gpu"], kw["cpu_backend"]),
+        cache_dir=kw["cache_dir"] or None, use_disk_cache=kw["use_disk_cache"],
+        minibatch_size=kw["minibatch_size"])
     bar = (Progress("nnet3-compute", unit="frames", enabled=True)
            if progress_wanted(classify_wspecifier(args[2])[1]) else None)
     try:
@@ -130,18 +141,41 @@ def progress_wanted(output_target: str, stream: Any = None) -> bool:
     return bool(isatty and isatty())
 
 
-def _backend(use_gpu: str | None) -> Any:
+def _backend(use_gpu: str | None, cpu_backend: str = "numpy") -> Any:
     """Kaldi's --use-gpu: an explicit value as CuDevice::SelectGpuId; none
-    given, the GPU if usable (a CUDA build's default) else the CPU."""
+    given, the GPU if usable (a CUDA build's default) else the CPU.  On the
+    CPU, ``cpu_backend`` picks the NumPy (reference) or the Numba backend."""
     from .. import log
-    from ..compute.backend import cuda_unavailable_reason, get_backend, select_backend
+    from ..compute.backend import get_backend
+
+    cpu = get_backend("reference" if cpu_backend == "numpy" else "cpu")
+    if use_gpu == "no":
+        log.log("Manually selected to compute on CPU.")
+        return cpu
+    if use_gpu is None and not gpu_may_be_present():
+        # (Asking numba.cuda would cost a second of start-up for nothing.)
+        log.vlog(1, "no GPU device: computing on the CPU")
+        return cpu
+    from ..compute.backend import cuda_unavailable_reason, select_backend
 
     if use_gpu is not None:
-        return select_backend(use_gpu)
+        backend = select_backend(use_gpu)
+        return cpu if backend.name != "cuda" else backend
     if cuda_unavailable_reason() is None:
         return get_backend("cuda")
     log.vlog(1, "no usable GPU: computing on the CPU")
-    return get_backend("cpu")
+    return cpu
+
+
+def gpu_may_be_present() -> bool:
+    """False when this machine certainly has no CUDA GPU to offer (no NVIDIA
+    device files and no CUDA simulator), which is cheap to see."""
+    import os
+
+    if os.environ.get("NUMBA_ENABLE_CUDASIM", "") not in ("", "0"):
+        return True
+    return any(os.path.exists(p) for p in ("/dev/nvidiactl", "/dev/nvidia0",
+                                           "/proc/driver/nvidia"))
 
 
 def main() -> int:

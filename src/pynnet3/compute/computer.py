@@ -98,20 +98,28 @@ def _signature(comp: NnetComputation) -> tuple[int, ...]:
             len(comp.indexes), len(comp.indexes_multi), len(comp.indexes_ranges))
 
 
-_PREPARED: "weakref.WeakKeyDictionary[NnetComputation, dict[tuple[str, int], _PreparedComputation]]" \
-    = weakref.WeakKeyDictionary()
+# id(computation) -> (weak reference to it, {(backend name, id): prepared}).
+# (Computations are unhashable dataclasses, hence ids; an entry goes when its
+# computation is garbage-collected.)
+_PREPARED: "dict[int, tuple[weakref.ref, dict[tuple[str, int], _PreparedComputation]]]" = {}
 
 
 def _prepared(comp: NnetComputation, backend: Backend) -> _PreparedComputation:
-    try:
-        per_backend = _PREPARED.setdefault(comp, {})
-    except TypeError:  # not weak-referenceable: no caching
-        return _PreparedComputation(comp, backend)
-    key = (backend.name, id(backend))
-    ans = per_backend.get(key)
+    key = id(comp)
+    entry = _PREPARED.get(key)
+    if entry is None or entry[0]() is not comp:
+        try:
+            ref = weakref.ref(comp, lambda _, key=key: _PREPARED.pop(key, None))
+        except TypeError:  # not weak-referenceable: no caching
+            return _PreparedComputation(comp, backend)
+        entry = (ref, {})
+        _PREPARED[key] = entry
+    per_backend = entry[1]
+    backend_key = (backend.name, id(backend))
+    ans = per_backend.get(backend_key)
     if ans is None or ans.signature != _signature(comp):
         ans = _PreparedComputation(comp, backend)
-        per_backend[key] = ans
+        per_backend[backend_key] = ans
     return ans
 
 
@@ -380,7 +388,8 @@ class NnetComputer:
         component = self.nnet.get_component(c.arg1)
         indexes = self.computation.component_precomputed_indexes[c.arg2].data if c.arg2 else None
         in_value = self._submatrix(c.arg3)
-        out_value = self._submatrix(c.arg4)
+        # In place: the very same object, so that components can tell.
+        out_value = in_value if c.arg4 == c.arg3 else self._submatrix(c.arg4)
         memo = self.backend.propagate(component, indexes, in_value, out_value)
         if c.arg6 > 0:  # the store-stats flag (Command's default -1 means no)
             if self.nnet_to_store_stats is None:
@@ -412,10 +421,13 @@ class NnetComputer:
             if c.arg7 not in self._memos:
                 raise PynnetError("Memo requested that was not generated.")
             memo = self._memos.pop(c.arg7)
-        in_deriv = self._submatrix(c.arg6) if c.arg6 else None
+        out_deriv = self._submatrix(c.arg5)
+        # In place: the very same object, so that components can tell.
+        in_deriv = (out_deriv if c.arg6 == c.arg5 else self._submatrix(c.arg6)) if c.arg6 \
+            else None
         self.backend.backprop(component, self.nnet.component_names[c.arg1], indexes,
                               self._submatrix(c.arg3), self._submatrix(c.arg4),
-                              self._submatrix(c.arg5), memo, to_update, in_deriv)
+                              out_deriv, memo, to_update, in_deriv)
 
     def _matrix_copy(self, c: Command) -> None:
         self.backend.copy(self._submatrix(c.arg1), self._submatrix(c.arg2), c.alpha)

@@ -23,7 +23,7 @@ import dataclasses
 import math
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -38,8 +38,8 @@ if TYPE_CHECKING:
     from ..nnet.nnet import Nnet
     from ..optimize.options import OptimizeOptions
 
-__all__ = ["NnetSimpleComputationOptions", "DecodableNnetSimple", "simple_nnet_context",
-           "prepare_nnet_for_test", "compute_utterance"]
+__all__ = ["NnetSimpleComputationOptions", "DecodableNnetSimple", "ChunkInputs",
+           "simple_nnet_context", "prepare_nnet_for_test", "compute_utterance"]
 
 
 def _default_optimize_options() -> "OptimizeOptions | None":
@@ -147,6 +147,18 @@ def simple_nnet_context(compiler: "CachingCompiler") -> tuple[int, int]:
     except TypeError:  # not weak-referenceable: just recompute next time
         pass
     return ans
+
+
+class ChunkInputs(NamedTuple):
+    """One chunk of an utterance: its input rows (frames ``input_t_start``
+    onwards, edges padded), its iVector (or None) and the output frames it
+    gives (``num_subsampled_frames`` from ``output_t_start``, in input frames)."""
+
+    input_t_start: int
+    input_feats: np.ndarray
+    ivector: np.ndarray | None
+    output_t_start: int
+    num_subsampled_frames: int
 
 
 class DecodableNnetSimple:
@@ -260,6 +272,13 @@ class DecodableNnetSimple:
 
     def ensure_frame_is_computed(self, subsampled_frame: int) -> None:
         """Compute the chunk whose first output frame is ``subsampled_frame``."""
+        chunk = self.chunk_inputs(subsampled_frame)
+        self.do_nnet_computation(chunk.input_t_start, chunk.input_feats, chunk.ivector,
+                                 chunk.output_t_start, chunk.num_subsampled_frames)
+
+    def chunk_inputs(self, subsampled_frame: int) -> "ChunkInputs":
+        """What the chunk starting at output frame ``subsampled_frame`` is
+        computed from (the first half of Kaldi's EnsureFrameIsComputed)."""
         if not 0 <= subsampled_frame < self.num_subsampled_frames:
             raise PynnetError(f"frame {subsampled_frame} out of range "
                               f"[0, {self.num_subsampled_frames})")
@@ -298,8 +317,8 @@ class DecodableNnetSimple:
             rows = np.clip(np.arange(first_input_frame, last_input_frame + 1), 0, num_rows - 1)
             input_feats = self.feats[rows]
         assert input_feats.shape[0] == num_input_frames
-        self.do_nnet_computation(first_input_frame, input_feats, ivector, first_output_frame,
-                                 num_subsampled_frames)
+        return ChunkInputs(first_input_frame, input_feats, ivector, first_output_frame,
+                           num_subsampled_frames)
 
     def get_current_ivector(self, output_t_start: int, num_output_frames: int) -> np.ndarray | None:
         """The iVector for a chunk: the utterance's, or the online iVector of

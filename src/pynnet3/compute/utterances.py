@@ -5,11 +5,12 @@ table and write one output matrix per utterance (Kaldi's nnet3-compute.cc).
 ``use_priors`` an ``.mdl`` whose priors are divided out), prepares it for
 test as Kaldi does (batch-norm and dropout test mode, CollapseModel),
 builds one computation cache for the whole run, and evaluates each
-utterance with :class:`~pynnet3.compute.decodable.DecodableNnetSimple`,
-with its iVector (per utterance, or per speaker through ``utt2spk``) or its
-online iVectors.  It logs Kaldi's end-of-run lines and reports progress
-through an optional callback (the command line draws a progress bar with
-it); it never prints.
+utterance with :class:`~pynnet3.compute.decodable.DecodableNnetSimple`'s
+chunks (computed ``minibatch_size`` at a time by
+:class:`~pynnet3.compute.batched.ChunkBatchComputer`), with its iVector
+(per utterance, or per speaker through ``utt2spk``) or its online iVectors.
+It logs Kaldi's end-of-run lines and reports progress through an optional
+callback (the command line draws a progress bar with it); it never prints.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import numpy as np
 
 from .. import log
 from ..errors import ConfigError, PynnetError
+from .batched import ChunkBatchComputer
 from .decodable import DecodableNnetSimple, NnetSimpleComputationOptions, prepare_nnet_for_test
 
 __all__ = ["Nnet3ComputeConfig", "Nnet3ComputeResult", "nnet3_compute", "MappedVectorReader"]
@@ -47,6 +49,10 @@ class Nnet3ComputeConfig:
     # The on-disk computation cache (pynnet3.cache); None: its default place.
     cache_dir: str | None = None
     use_disk_cache: bool = True
+    # Chunks computed together as one multi-sequence computation (the same
+    # chunks and, up to float rounding, the same outputs as one at a time);
+    # 1: one chunk per computation, as Kaldi's nnet3-compute.  See batched.py.
+    minibatch_size: int = 16
 
 
 @dataclass
@@ -134,6 +140,7 @@ def nnet3_compute(config: Nnet3ComputeConfig, nnet_rxfilename: str, feature_rspe
                       if config.ivector_rspecifier else None)
     compiler = CachingCompiler(nnet, opts.compiler_config, opts.optimize_config,
                                cache_dir=config.cache_dir, use_disk=config.use_disk_cache)
+    batcher = ChunkBatchComputer(config.minibatch_size) if config.minibatch_size > 1 else None
     result = Nnet3ComputeResult()
     writer = TableWriter(matrix_wspecifier, MATRIX_HOLDER)
     try:
@@ -159,7 +166,8 @@ def nnet3_compute(config: Nnet3ComputeConfig, nnet_rxfilename: str, feature_rspe
                 decodable = DecodableNnetSimple(opts, nnet, priors, features, compiler,
                                                 ivector, online_ivectors,
                                                 config.online_ivector_period, config.backend)
-                matrix = decodable.get_all_output()
+                matrix = (batcher.get_all_output(decodable) if batcher is not None
+                          else decodable.get_all_output())
                 if config.apply_exp:
                     np.exp(matrix, out=matrix)
                 writer.write(utt, matrix)

@@ -60,7 +60,11 @@ def _context_for_shift(nnet: "Nnet", input_start: int, window_size: int,
         request.inputs.append(IoSpecification(
             "ivector", [Index(_N, t, 0) for t in range(input_start - modulus, input_end)]))
     computable = evaluate_computation_request(nnet, request)
-    output_ok = computable[0]
+    return _context_from_computable(computable[0], window_size)
+
+
+def _context_from_computable(output_ok: list[bool], window_size: int) -> tuple[int, int] | None:
+    """(left, right) from which outputs of the window are computable."""
     try:
         first_ok = output_ok.index(True)
     except ValueError:
@@ -74,22 +78,35 @@ def _context_for_shift(nnet: "Nnet", input_start: int, window_size: int,
     return first_ok, window_size - first_not_ok
 
 
-def compute_simple_nnet_context(nnet: "Nnet") -> tuple[int, int]:
+def compute_simple_nnet_context(nnet: "Nnet", use_graph: bool = False) -> tuple[int, int]:
     """(left_context, right_context) of a simple network (ComputeSimpleNnetContext).
 
     Every time shift modulo the network's modulus is tried (plus one more,
     as a sanity check), and the largest contexts are returned.  The window
     starts at 40 frames and doubles while no output is computable, up to 800.
+
+    Kaldi decides which outputs of each window are computable by building
+    the computation graph; for the usual feed-forward networks
+    (:mod:`.context_fast`) the same decisions come from a summary of what
+    each output frame reads, much faster (``use_graph=True``: always build
+    the graphs, as Kaldi).
     """
     if not is_simple_nnet(nnet):
         raise PynnetError("compute_simple_nnet_context: not a simple network (needs nodes "
                           "'input', 'output' and optionally 'ivector')")
+    from .context_fast import output_reads
+
     modulus = nnet.modulus()
+    reads = None if use_graph else output_reads(nnet, modulus)
     window_size, max_window_size = 40, 800
     while window_size < max_window_size:
         contexts = []
         for input_start in range(modulus + 1):
-            ans = _context_for_shift(nnet, input_start, window_size, modulus)
+            if reads is not None:
+                ans = _context_from_computable(
+                    reads.computable_outputs(input_start, window_size), window_size)
+            else:
+                ans = _context_for_shift(nnet, input_start, window_size, modulus)
             if ans is None:
                 break
             contexts.append(ans)

@@ -559,12 +559,23 @@ class TransitionModel:
         n = len(self.tuples)
         counts = np.zeros(n, dtype=np.int64)
         num_pdfs = 0
+        # Per (phone, HMM state): whether each of its transitions is a self-loop
+        # (thousands of tuples share a few topologies).
+        loops_of: dict[tuple[int, int], list[bool]] = {}
+        tuple_loops: list[list[bool]] = []
         for i, t in enumerate(self.tuples):
-            entry = self.topo.topology_for_phone(t.phone)
-            if not 0 <= t.hmm_state < len(entry):
-                raise FormatError(f"TransitionModel: tuple {i + 1} names HMM state {t.hmm_state} "
-                                  f"but phone {t.phone} has {len(entry)} states")
-            counts[i] = len(entry[t.hmm_state].transitions)
+            key = (t.phone, t.hmm_state)
+            loops = loops_of.get(key)
+            if loops is None:
+                entry = self.topo.topology_for_phone(t.phone)
+                if not 0 <= t.hmm_state < len(entry):
+                    raise FormatError(f"TransitionModel: tuple {i + 1} names HMM state "
+                                      f"{t.hmm_state} but phone {t.phone} has {len(entry)} "
+                                      f"states")
+                loops = [dst == t.hmm_state for dst, _ in entry[t.hmm_state].transitions]
+                loops_of[key] = loops
+            tuple_loops.append(loops)
+            counts[i] = len(loops)
             num_pdfs = max(num_pdfs, 1 + t.forward_pdf, 1 + t.self_loop_pdf)
         self._num_pdfs = num_pdfs
         state2id = np.ones(n + 2, dtype=np.int64)
@@ -573,22 +584,39 @@ class TransitionModel:
         num_ids_plus_one = int(state2id[n + 1])
         id2state = np.zeros(num_ids_plus_one, dtype=np.int32)
         id2pdf = np.zeros(num_ids_plus_one, dtype=np.int32)
-        for tstate in range(1, n + 1):
-            t = self.tuples[tstate - 1]
-            first, last = int(state2id[tstate]), int(state2id[tstate + 1])
-            id2state[first:last] = tstate
-            trans = self.topo.topology_for_phone(t.phone)[t.hmm_state].transitions
-            for index in range(last - first):
-                is_loop = trans[index][0] == t.hmm_state
-                id2pdf[first + index] = t.self_loop_pdf if is_loop else t.forward_pdf
+        # Transition-id 0 is unused; ids 1.. belong to transition-states in order.
+        id2state[1:] = np.repeat(np.arange(1, n + 1, dtype=np.int32), counts)
+        is_loop = np.fromiter((x for loops in tuple_loops for x in loops), dtype=bool,
+                              count=num_ids_plus_one - 1)
+        forward = np.array([t.forward_pdf for t in self.tuples], dtype=np.int32)
+        self_loop = np.array([t.self_loop_pdf for t in self.tuples], dtype=np.int32)
+        id2pdf[1:] = np.where(is_loop, np.repeat(self_loop, counts), np.repeat(forward, counts))
         self.state2id = state2id.astype(np.int32)
         self.id2state = id2state
         self.id2pdf_id = id2pdf
+        self._self_loop_index = {key: (loops.index(True) if True in loops else -1)
+                                 for key, loops in loops_of.items()}
 
     def compute_derived_of_probs(self) -> None:
         """log(1 - self-loop prob) of each transition-state, in float like Kaldi."""
         n = len(self.tuples)
         out = np.zeros(n + 1, dtype=np.float32)
+        loop_index = getattr(self, "_self_loop_index", None)
+        if loop_index is not None and len(self.state2id) == n + 2:
+            # Vectorised: the same float32 arithmetic as the loop below.
+            index = np.array([loop_index[(t.phone, t.hmm_state)] for t in self.tuples],
+                             dtype=np.int64)
+            has_loop = np.nonzero(index >= 0)[0]
+            tids = self.state2id[1:n + 1].astype(np.int64)[has_loop] + index[has_loop]
+            self_loop_prob = np.exp(np.asarray(self.log_probs, dtype=np.float32)[tids])
+            non_self_loop = (1.0 - self_loop_prob.astype(np.float64)).astype(np.float32)
+            for bad in np.nonzero(non_self_loop <= 0.0)[0].tolist():
+                _warn("ComputeDerivedOfProbs(): non-self-loop prob is %s",
+                      "%.6g" % non_self_loop[bad])
+                non_self_loop[bad] = np.float32(1.0e-10)
+            out[has_loop + 1] = np.log(non_self_loop)
+            self.non_self_loop_log_probs = out
+            return
         for tstate in range(1, n + 1):
             tid = self.self_loop_of(tstate)
             if tid == 0:

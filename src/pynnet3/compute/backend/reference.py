@@ -64,12 +64,17 @@ class ReferenceBackend:
 
     # -- memory ----------------------------------------------------------
     def alloc(self, num_rows: int, num_cols: int, fill: float = 0.0) -> np.ndarray:
-        # Kaldi allocates with kUndefined (whatever the memory held).  Zeros
-        # cost the same here (calloc) and make runs reproducible; the
-        # computer can ask for NaN instead to expose reads of unset values.
+        # A matrix with every element ``fill`` (the computer uses
+        # alloc_undefined, as Kaldi allocates, or NaN to expose reads of
+        # values never written).
         if fill == 0.0:
             return np.zeros((num_rows, num_cols), dtype=F32)
         return np.full((num_rows, num_cols), fill, dtype=F32)
+
+    def alloc_undefined(self, num_rows: int, num_cols: int) -> np.ndarray:
+        """A new matrix whose elements are whatever the memory held (Kaldi's
+        kUndefined): for matrices the computation writes before reading."""
+        return np.empty((num_rows, num_cols), dtype=F32)
 
     def empty_matrix(self) -> np.ndarray:
         return self._empty

@@ -686,6 +686,9 @@ class TdnnComponent(AffineParamsMixin, UpdatableComponent):
             used.append(ix)
         return True, used
 
+    def get_input_index_offsets(self) -> list[tuple[int, int, int]]:
+        return [(0, off, 0) for off in self.time_offsets]
+
     def reorder_indexes(self, input_indexes: list, output_indexes: list
                         ) -> tuple[list[Index], list[Index]]:
         """Regular (t-major) order, padding gaps with blank (t = kNoTime) indexes."""
@@ -727,14 +730,26 @@ class TdnnComponent(AffineParamsMixin, UpdatableComponent):
             raise TypeError("TdnnComponent.propagate needs TdnnPrecomputedIndexes")
         if len(indexes.row_offsets) != len(self.time_offsets):
             raise ValueError("TdnnComponent.propagate: precomputed indexes do not match")
-        if self.bias_params.shape[0] != 0:
-            out_value[...] = self.bias_params
         # Without bias the component has PROPAGATE_ADDS: out_value is added to.
         num_rows = out_value.shape[0]
-        d = self.input_dim()
+        num_offsets = len(self.time_offsets)
+        d = self.linear_params.shape[1] // num_offsets if num_offsets else 0
+        stride = indexes.row_stride
+        has_bias = self.bias_params.shape[0] != 0
+        # One GEMM per time offset, on a strided view of the input rows (no
+        # splicing copy), as Kaldi's Propagate.  With a bias the first product
+        # goes straight into out_value and the bias is added to it: b + x0 ==
+        # x0 + b exactly, so the sums are Kaldi's ((b + x0) + x1) + ...
         for i, row_offset in enumerate(indexes.row_offsets):
-            part = _input_part(in_value, num_rows, indexes.row_stride, row_offset)
-            out_value += part @ self.linear_params[:, i * d:(i + 1) * d].T
+            part = _input_part(in_value, num_rows, stride, row_offset)
+            weights = self.linear_params[:, i * d:(i + 1) * d].T
+            if i == 0 and has_bias:
+                np.matmul(part, weights, out=out_value)
+                out_value += self.bias_params
+            else:
+                out_value += part @ weights
+        if has_bias and not indexes.row_offsets:
+            out_value[...] = self.bias_params
         return None
 
     def backprop(self, debug_info: str, indexes: TdnnPrecomputedIndexes,

@@ -1,0 +1,91 @@
+"""nnet3-compute-request: run the computation of one ComputationRequest."""
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from .common import BOOL, bool_option, check_num_args, kaldi_command, run
+
+USAGE = """Compile the computation of a ComputationRequest for a raw nnet3 network (through
+the computation cache), run it on the given inputs and write its outputs: a pynnet3
+tool (Kaldi's unit tests do this with NnetComputer).  The request is in Kaldi's
+printed, text or binary format.  The inputs are matrices named in_<node> for each
+input of the request (rows in the request's index order), and outderiv_<node> for
+each output that has has-deriv=true; written are out_<node> for each output, and
+inderiv_<node> for each input that has has-deriv=true.  The network is used as it
+is (BatchNorm in training mode uses the statistics of the batch) unless --test-mode.
+
+\b
+Usage:  nnet3-compute-request [options] <nnet-in> <request-file> <inputs-rspecifier> <outputs-wspecifier>
+ e.g.:  nnet3-compute-request final.raw request.txt ark:io.ark ark,t:out.ark"""
+
+
+def _optimization_options(f: Any) -> Any:
+    from ..optimize.options import register_click_options
+
+    return register_click_options(f)
+
+
+@kaldi_command(USAGE)
+@_optimization_options
+@bool_option("--test-mode", False, "Set batch-norm and dropout components to test mode "
+             "before computing (as nnet3-compute does).")
+@click.option("--computation.debug", "computation_debug", type=BOOL, default=False,
+              show_default=True, help="If true, turn on debug for the neural net computation "
+              "(very verbose!) Will be turned on regardless if --verbose >= 5")
+@click.option("--compiler.use-shortcut", "compiler_use_shortcut", type=BOOL, default=True,
+              show_default=True, help="If true, use the 'shortcut' in compilation.")
+@click.option("--cache-dir", default="", help="(pynnet3) Directory of the on-disk computation "
+              "cache (default: $PYNNET3_CACHE_DIR or ~/.cache/pynnet3/computations).")
+@bool_option("--use-disk-cache", True, "(pynnet3) Look computations up in, and add them to, "
+             "the on-disk cache.")
+@click.option("--backend", type=click.Choice(["numpy", "numba"]), default="numpy",
+              show_default=True, help="Compute with the NumPy (reference) or the Numba CPU "
+              "backend.")
+@click.argument("args", nargs=-1)
+def command(args: tuple[str, ...], **kw: Any) -> None:
+    check_num_args(args, (4,))
+    from .. import log
+    from ..cache import CachingCompiler, CachingCompilerOptions
+    from ..compile.request_io import read_request_file
+    from ..compute.computer import NnetComputeOptions
+    from ..compute.request_run import compute_request, required_input_names
+    from ..nnet.model_io import read_nnet
+    from ..optimize.options import options_from_click_kwargs
+    from ..train.table import MATRIX_HOLDER, SequentialTableReader, TableWriter
+
+    nnet_rxfilename, request_rxfilename, inputs_rspecifier, outputs_wspecifier = args
+    optimize_options = options_from_click_kwargs(kw)
+    nnet = read_nnet(nnet_rxfilename)
+    if kw["test_mode"]:
+        from ..nnet.utils import set_batchnorm_test_mode, set_dropout_test_mode
+
+        set_batchnorm_test_mode(True, nnet)
+        set_dropout_test_mode(True, nnet)
+    request = read_request_file(request_rxfilename)
+    wanted = set(required_input_names(request))
+    inputs = {}
+    with SequentialTableReader(inputs_rspecifier, MATRIX_HOLDER) as reader:
+        for key, matrix in reader:
+            if key in wanted:
+                inputs[key] = matrix
+    compiler = CachingCompiler(nnet, CachingCompilerOptions(
+        use_shortcut=kw["compiler_use_shortcut"]), optimize_options,
+        cache_dir=kw["cache_dir"] or None, use_disk=kw["use_disk_cache"])
+    results = compute_request(
+        nnet, request, inputs, compiler,
+        backend="reference" if kw["backend"] == "numpy" else "cpu",
+        compute_options=NnetComputeOptions(debug=kw["computation_debug"]))
+    writer = TableWriter(outputs_wspecifier, MATRIX_HOLDER)
+    try:
+        for key, matrix in results.items():
+            writer.write(key, matrix)
+    finally:
+        writer.close()
+    log.log(compiler.timing_summary())
+    log.log(f"Wrote {len(results)} matrices ({', '.join(results)})")
+
+
+def main() -> int:
+    return run(command, "nnet3-compute-request")

@@ -1,0 +1,162 @@
+"""Chunks computed several at a time (pynnet3.compute.batched) must give what
+DecodableNnetSimple gives one chunk at a time, and so what Kaldi's
+nnet3-compute gives:
+
+* the batch sizes and the multi-sequence request (one chunk: exactly
+  DecodableNnetSimple's request);
+* a tiny linear network, against the one-chunk-at-a-time path: online
+  iVectors (a different iVector per chunk), a different first chunk
+  (extra-left-context-initial), priors, acoustic scale, frame subsampling;
+* real Kaldi outputs: the vosk TDNN-F model (a 300-frame utterance: six
+  chunks in batches of 4 + 2), and recurrent (LSTMP, TDNN-LSTM), attention,
+  CNN and OPGRU recipe networks, whose outputs depend on each chunk keeping
+  its own left context.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pynnet3.cache import request_key_bytes
+from pynnet3.compute.batched import (ChunkBatchComputer, ChunkShape, batch_sizes,
+                                     multi_chunk_request)
+from pynnet3.compute.decodable import DecodableNnetSimple, NnetSimpleComputationOptions
+from pynnet3.errors import ConfigError
+from pynnet3.nnet.nnet import Nnet
+from tests.compute.test_nnet3_compute import (SMALL, SMALL_CI, TINY_CONFIG, assert_close,
+                                              load_ark, new_compiler, small_case)
+
+kaldiio = pytest.importorskip("kaldiio")
+
+
+@pytest.fixture(scope="module")
+def tiny() -> Nnet:
+    nnet = Nnet()
+    nnet.read_config(TINY_CONFIG, "tiny")
+    rng = np.random.RandomState(1)
+    affine = nnet.get_component(nnet.get_component_index("affine"))
+    affine.linear_params = rng.randn(4, 11).astype(np.float32)
+    affine.bias_params = rng.randn(4).astype(np.float32)
+    return nnet
+
+
+def test_batch_sizes() -> None:
+    assert batch_sizes(19, 16) == [16, 2, 1]
+    assert batch_sizes(32, 16) == [16, 16]
+    assert batch_sizes(7, 8) == [4, 2, 1]
+    assert batch_sizes(3, 1) == [1, 1, 1]
+    assert batch_sizes(0, 16) == []
+    # A maximum that is not a power of two: 12, 6, 3, 1.
+    assert batch_sizes(22, 12) == [12, 6, 3, 1]
+    with pytest.raises(ConfigError):
+        batch_sizes(3, 0)
+    with pytest.raises(ConfigError):
+        ChunkBatchComputer(0)
+
+
+def test_one_chunk_request_is_decodables(tiny: Nnet) -> None:
+    feats = np.zeros((40, 3), dtype=np.float32)
+    opts = NnetSimpleComputationOptions(frames_per_chunk=12, frame_subsampling_factor=3)
+    dec = DecodableNnetSimple(opts, tiny, None, feats, new_compiler(tiny, opts),
+                              ivector=np.zeros(2, np.float32))
+    chunk = dec.chunk_inputs(4)
+    shape = ChunkShape(chunk.input_t_start - chunk.output_t_start, chunk.input_feats.shape[0],
+                       True, chunk.num_subsampled_frames)
+    ours = multi_chunk_request(shape, 1, 3)
+    kaldis = dec.make_request(chunk.input_t_start, chunk.input_feats.shape[0], True,
+                              chunk.output_t_start, chunk.num_subsampled_frames)
+    assert request_key_bytes(ours) == request_key_bytes(kaldis)
+    # Three chunks: sequence-major rows, n = 0, 1, 2, as Kaldi's NnetBatchComputer.
+    three = multi_chunk_request(shape, 3, 3)
+    inputs = three.inputs[0].indexes
+    assert len(inputs) == 3 * shape.num_input_frames
+    assert [tuple(i) for i in inputs[:2]] == [(0, shape.input_offset, 0),
+                                              (0, shape.input_offset + 1, 0)]
+    assert tuple(inputs[shape.num_input_frames]) == (1, shape.input_offset, 0)
+    assert [tuple(i) for i in three.inputs[1].indexes] == [(0, 0, 0), (1, 0, 0), (2, 0, 0)]
+    assert [tuple(i) for i in three.outputs[0].indexes[:2]] == [(0, 0, 0), (0, 3, 0)]
+
+
+@pytest.mark.parametrize("fields", [
+    dict(frames_per_chunk=5, acoustic_scale=0.5),
+    dict(frames_per_chunk=6, frame_subsampling_factor=3, extra_left_context=2,
+         extra_left_context_initial=0, extra_right_context_final=1),
+])
+@pytest.mark.parametrize("max_chunks", [1, 2, 4, 16])
+def test_tiny_batched_equals_one_at_a_time(tiny: Nnet, fields: dict[str, Any],
+                                           max_chunks: int) -> None:
+    rng = np.random.RandomState(4)
+    feats = rng.randn(47, 3).astype(np.float32)
+    online = rng.randn(10, 2).astype(np.float32)       # a different iVector per chunk
+    priors = rng.uniform(0.1, 1.0, size=4).astype(np.float32)
+    opts = NnetSimpleComputationOptions(**fields)
+    compiler = new_compiler(tiny, opts)
+
+    def decodable() -> DecodableNnetSimple:
+        return DecodableNnetSimple(opts, tiny, priors, feats, compiler, online_ivectors=online,
+                                   online_ivector_period=5)
+
+    want = decodable().get_all_output()
+    got = ChunkBatchComputer(max_chunks).get_all_output(decodable())
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_vosk_batched_against_kaldi(vosk_mdl: Path) -> None:
+    from pynnet3.compute.decodable import prepare_nnet_for_test
+    from pynnet3.nnet.model_io import read_nnet
+    from tests.conftest import reference_dir
+
+    ref_dir = reference_dir() / "vosk_ko"
+    nnet = read_nnet(str(vosk_mdl))
+    prepare_nnet_for_test(nnet)
+    feats, ivectors = load_ark(ref_dir / "feats.ark"), load_ark(ref_dir / "ivectors.ark")
+    ref = load_ark(ref_dir / "out_a_fss3.ark")
+    opts = NnetSimpleComputationOptions(acoustic_scale=1.0, frame_subsampling_factor=3)
+    compiler = new_compiler(nnet, opts)
+    batcher = ChunkBatchComputer(4)
+    for utt in ("utt1_57", "utt2_300"):   # 2 and 6 chunks (a last, shorter one)
+        dec = DecodableNnetSimple(opts, nnet, None, feats[utt], compiler, ivector=ivectors[utt])
+        assert_close(batcher.get_all_output(dec), ref[utt], f"vosk batched {utt}")
+
+
+@pytest.mark.parametrize("name,archive,utts", SMALL_CI,
+                         ids=[f"{n}-{a[:5]}" for n, a, _ in SMALL_CI])
+def test_small_batched_against_kaldi(name: str, archive: str, utts: list[str]) -> None:
+    case = small_case(name)
+    if archive not in case["commands"]:
+        pytest.skip(f"{name} has no {archive}")
+    fields, use_ivectors = case["commands"][archive]
+    opts = NnetSimpleComputationOptions(acoustic_scale=1.0, **fields)
+    if case["compiler"] is None:
+        case["compiler"] = new_compiler(case["nnet"], opts)
+    ref = load_ark(case["dir"] / archive)
+    batcher = ChunkBatchComputer(2)
+    for utt in utts:
+        ivector = case["ivectors"][utt] if use_ivectors else None
+        dec = DecodableNnetSimple(opts, case["nnet"], None, case["feats"][utt], case["compiler"],
+                                  ivector=ivector)
+        assert_close(batcher.get_all_output(dec), ref[utt], f"{name} {archive} {utt} batched")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("archive", ["out_a.ark", "out_b.ark", "out_c.ark"])
+@pytest.mark.parametrize("name", SMALL)
+def test_small_batched_all(name: str, archive: str) -> None:
+    case = small_case(name)
+    if archive not in case["commands"]:
+        pytest.skip(f"{name} has no {archive}")
+    fields, use_ivectors = case["commands"][archive]
+    opts = NnetSimpleComputationOptions(acoustic_scale=1.0, **fields)
+    if case["compiler"] is None:
+        case["compiler"] = new_compiler(case["nnet"], opts)
+    ref = load_ark(case["dir"] / archive)
+    batcher = ChunkBatchComputer(4)
+    for utt in sorted(ref):
+        ivector = case["ivectors"][utt] if use_ivectors else None
+        dec = DecodableNnetSimple(opts, case["nnet"], None, case["feats"][utt], case["compiler"],
+                                  ivector=ivector)
+        assert_close(batcher.get_all_output(dec), ref[utt], f"{name} {archive} {utt} batched")
