@@ -108,3 +108,40 @@ def test_binary_writes_text_archive_and_reports_missing_input(tmp_path: Path) ->
                        capture_output=True, timeout=300, env=env)
     assert p.returncode == 1
     assert "ERROR" in p.stderr.decode() and "no matrix for in_input" in p.stderr.decode()
+
+
+def _updated_seeds() -> list[str]:
+    from tests.conftest import SHARED_REFERENCE
+
+    root = SHARED_REFERENCE / "random"
+    return sorted(p.parent.name for p in root.glob("*/updated.txt.raw"))[:3] if root.is_dir() else []
+
+
+@pytest.mark.parametrize("seed", _updated_seeds() or ["none"])
+def test_write_model_matches_kaldis_update(seed: str, tmp_path) -> None:
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from pynnet3.nnet.components.base import Prop
+    from pynnet3.nnet.model_io import read_nnet
+    from tests.conftest import reference_dir
+
+    d = reference_dir() / "random" / seed
+    if not (d / "updated.txt.raw").is_file():
+        pytest.skip("no Kaldi-updated model in the reference set")
+    out = tmp_path / "updated.raw"
+    p = subprocess.run([sys.executable, "-c", "import sys; from pynnet3.cli.compute_request "
+                        "import main; sys.exit(main())", "--use-disk-cache=false",
+                        f"--write-model={out}", str(d / "final.raw"), str(d / "request.txt"),
+                        f"ark:{d / 'io.ark'}", "ark:/dev/null"], capture_output=True, timeout=600)
+    assert p.returncode == 0, p.stderr.decode()[-2000:]
+    ours, kaldi = read_nnet(str(out)), read_nnet(str(d / "updated.txt.raw"))
+    checked = 0
+    for a, b in zip(ours.components, kaldi.components):
+        if a.properties() & Prop.UPDATABLE and hasattr(a, "vectorize"):
+            va, vb = a.vectorize().astype(np.float64), b.vectorize().astype(np.float64)
+            assert np.abs(va - vb).max() <= 1e-4 * max(np.abs(vb).max(), 1e-20)
+            checked += 1
+    assert checked > 0

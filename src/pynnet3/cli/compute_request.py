@@ -43,15 +43,22 @@ def _optimization_options(f: Any) -> Any:
 @click.option("--backend", type=click.Choice(["numpy", "numba"]), default="numpy",
               show_default=True, help="Compute with the NumPy (reference) or the Numba CPU "
               "backend.")
+@click.option("--write-model", default="", help="Also write the network after the backward "
+              "pass updated it (learning rate x gradient, natural gradient where the "
+              "components use it), as Kaldi's tests do; needs a model derivative.")
+@bool_option("--binary", True, "Write --write-model in binary mode")
 @click.argument("args", nargs=-1)
 def command(args: tuple[str, ...], **kw: Any) -> None:
     check_num_args(args, (4,))
+    import copy
+
     from .. import log
     from ..cache import CachingCompiler, CachingCompilerOptions
     from ..compile.request_io import read_request_file
     from ..compute.computer import NnetComputeOptions
     from ..compute.request_run import compute_request, required_input_names
-    from ..nnet.model_io import read_nnet
+    from ..errors import PynnetError
+    from ..nnet.model_io import read_nnet, write_nnet
     from ..optimize.options import options_from_click_kwargs
     from ..train.table import MATRIX_HOLDER, SequentialTableReader, TableWriter
 
@@ -73,10 +80,18 @@ def command(args: tuple[str, ...], **kw: Any) -> None:
     compiler = CachingCompiler(nnet, CachingCompilerOptions(
         use_shortcut=kw["compiler_use_shortcut"]), optimize_options,
         cache_dir=kw["cache_dir"] or None, use_disk=kw["use_disk_cache"])
+    updated = None
+    if kw["write_model"]:
+        if not request.need_model_derivative:
+            raise PynnetError("--write-model needs a request with need-model-derivative")
+        updated = copy.deepcopy(nnet)
     results = compute_request(
         nnet, request, inputs, compiler,
         backend="reference" if kw["backend"] == "numpy" else "cpu",
-        compute_options=NnetComputeOptions(debug=kw["computation_debug"]))
+        compute_options=NnetComputeOptions(debug=kw["computation_debug"]),
+        nnet_to_update=updated)
+    if updated is not None:
+        write_nnet(kw["write_model"], updated, kw["binary"])
     writer = TableWriter(outputs_wspecifier, MATRIX_HOLDER)
     try:
         for key, matrix in results.items():
