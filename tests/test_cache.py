@@ -384,3 +384,24 @@ def test_computation_bytes_edge_cases() -> None:
     assert back.matrix_debug_info[1].cindexes == comp.matrix_debug_info[1].cindexes
     with pytest.raises(FormatError):
         NnetComputation.from_bytes(comp.to_bytes()[:-50])
+
+
+def test_raw_container_round_trip_and_damage() -> None:
+    """The cache's "raw" container holds the same computation as to_bytes()
+    (read back as views, not copies); damaged data is a FormatError."""
+    from pynnet3.compile.computation_io import computation_from_bytes, computation_to_bytes
+
+    comp = FakeCompiler(_nnet())(_request())
+    comp.add_indexes([0, -1, 2])
+    comp.add_indexes_multi([(1, 0), (-1, -1)])
+    comp.component_precomputed_indexes.append(
+        PrecomputedIndexesInfo(None, [Index(0, t, 0) for t in range(3)], [Index(1, 2, 3)]))
+    raw = computation_to_bytes(comp, "raw")
+    assert not raw.startswith(b"PK")
+    back = computation_from_bytes(NnetComputation, memoryview(raw))
+    assert back.to_bytes() == comp.to_bytes()
+    back.indexes[-1][0] = 5           # index tables are the computation's own (writable)
+    assert computation_from_bytes(NnetComputation, raw).indexes[-1][0] == 0
+    for damaged in (raw[:-4], raw[:40], b"x" + raw[1:]):
+        with pytest.raises(FormatError):
+            computation_from_bytes(NnetComputation, damaged)

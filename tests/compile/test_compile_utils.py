@@ -184,3 +184,22 @@ def test_split_locations_backward_properties(seed):
         else:
             valid = a[a[:, 0] != -1]
             assert len({tuple(p) for p in valid.tolist()}) == len(valid)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_small_list_versions_match_array_versions(seed, monkeypatch):
+    """split_locations(_backward) run on Python lists for small inputs
+    (_use_lists); both versions must give the same split lists."""
+    import pynnet3.compile.compile_utils as cu
+
+    rng = random.Random(500 + seed)
+    for _ in range(50):
+        lists = _random_lists(rng, rng.randrange(1, 14), rng.choice([1, 2, 3, 5]),
+                              rng.choice([1, 2, 3]), rng.choice([2, 4, 40]))
+        pl = PairLists.from_lists(lists)
+        results = []
+        for use_lists in (False, True):
+            monkeypatch.setattr(cu, "_use_lists", lambda _lists, v=use_lists: v)
+            results.append([[a.tolist() for a in f(pl)] for f in
+                            (cu.split_locations, cu.split_locations_backward)])
+        assert results[0] == results[1], lists

@@ -535,3 +535,31 @@ def test_expand_reproduces_kaldi_expansion(case: Path) -> None:
     _assert_same_computation(got, kaldi)
     names = list(nnet.component_names), list(nnet.node_names)
     assert got.print(*names) == kaldi.print(*names)
+
+
+def test_find_n_stride_small_lists_match_arrays(monkeypatch):
+    """find_n_stride works on Python lists for short vectors; both versions
+    must agree (regular layouts, near misses and random rows)."""
+    import random
+
+    import pynnet3.compile.n_stride as ns
+
+    rng = random.Random(11)
+    for _ in range(3000):
+        num_n, per_n = rng.choice([1, 2, 2, 3, 4]), rng.randint(1, 5)
+        base = [(rng.randint(-2, 5), rng.randint(0, 1)) for _ in range(per_n)]
+        if rng.random() < 0.4:      # n-stride 1, maybe broken
+            rows = [(k, t + (rng.random() < 0.03), x) for t, x in base for k in range(num_n)]
+        elif rng.random() < 0.7:    # n-stride per_n, maybe broken
+            rows = [(k if rng.random() > 0.03 else rng.randint(0, num_n), t, x)
+                    for k in range(num_n) for t, x in base]
+        else:
+            rows = [(rng.randint(0, num_n - 1), rng.randint(0, 3), 0)
+                    for _ in range(rng.randint(1, 12))]
+        for n_col, arr in ((INDEX_N_COL, np.array(rows)),
+                           (CINDEX_N_COL, np.array([(rng.randint(0, 2),) + r for r in rows]))):
+            answers = []
+            for small in (-1, 10 ** 9):
+                monkeypatch.setattr(ns, "_SMALL_ROWS", small)
+                answers.append(ns.find_n_stride(arr, n_col))
+            assert answers[0] == answers[1], (rows, n_col)

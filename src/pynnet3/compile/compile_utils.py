@@ -36,11 +36,12 @@ class PairLists:
     ``pairs[row_ptr[r]:row_ptr[r + 1]]`` is the list of row ``r``, in order.
     """
 
-    __slots__ = ("row_ptr", "pairs")
+    __slots__ = ("row_ptr", "pairs", "_lengths")
 
     def __init__(self, row_ptr: np.ndarray, pairs: np.ndarray) -> None:
         self.row_ptr = np.asarray(row_ptr, dtype=np.int64)
         self.pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+        self._lengths: np.ndarray | None = None
         if self.row_ptr.ndim != 1 or self.row_ptr.shape[0] < 1 \
                 or self.row_ptr[-1] != self.pairs.shape[0]:
             raise PynnetError("PairLists: row_ptr does not match the pairs")
@@ -62,6 +63,11 @@ class PairLists:
         np.cumsum(counts, out=row_ptr[1:])
         return cls(row_ptr, pairs)
 
+    def rows(self, begin: int, end: int) -> "PairLists":
+        """The lists of rows ``begin`` .. ``end - 1``."""
+        ptr = self.row_ptr[begin:end + 1]
+        return PairLists(ptr - ptr[0], self.pairs[ptr[0]:ptr[-1]])
+
     def to_lists(self) -> list[list[tuple[int, int]]]:
         flat = [tuple(p) for p in self.pairs.tolist()]
         rp = self.row_ptr.tolist()
@@ -72,7 +78,9 @@ class PairLists:
         return int(self.row_ptr.shape[0] - 1)
 
     def lengths(self) -> np.ndarray:
-        return np.diff(self.row_ptr)
+        if self._lengths is None:
+            self._lengths = self.row_ptr[1:] - self.row_ptr[:-1]
+        return self._lengths
 
     def row_ids(self) -> np.ndarray:
         """The row of each pair."""
@@ -167,6 +175,22 @@ def _separate_submats_with_large_counts(
     return lists.select(~moved), split_lists
 
 
+# Up to this many pairs the list versions of split_locations(_backward) run
+# (where rows have one location each, the array version is cheap already, so
+# only up to a few dozen pairs): a recurrent network has thousands of
+# descriptor steps of a row or two, where the array versions' dozens of NumPy
+# calls per step cost far more than the work.
+_SMALL_PAIRS = 384
+_SMALL_PAIRS_SIMPLE = 40
+
+
+def _use_lists(lists: PairLists) -> bool:
+    num_pairs = lists.pairs.shape[0]
+    if num_pairs <= _SMALL_PAIRS_SIMPLE:
+        return num_pairs <= _SMALL_PAIRS
+    return num_pairs <= _SMALL_PAIRS and int(lists.lengths().max()) > 1
+
+
 def split_locations(lists: PairLists) -> list[np.ndarray]:
     """Kaldi's SplitLocations: split per-row sum lists into split lists.
 
@@ -175,6 +199,8 @@ def split_locations(lists: PairLists) -> list[np.ndarray]:
     (so that they become single-source AddRows commands); the remainder is
     split by position within the row.
     """
+    if _use_lists(lists):
+        return [_as_split(lst) for lst in _split_locations_small(lists.to_lists())]
     num_rows = lists.num_rows
     lengths = lists.lengths()
     num_output_lists = int(lengths.max()) if num_rows else 0
@@ -304,6 +330,8 @@ def split_locations_backward(lists: PairLists) -> list[np.ndarray]:
     split list further split so that it is either free of repeated pairs or
     single-source with the contiguous property (what the backprop commands
     AddToRowsMulti, AddRows and AddRowRanges can do without write races)."""
+    if _use_lists(lists):
+        return [_as_split(lst) for lst in _split_locations_backward_small(lists.to_lists())]
     out: list[np.ndarray] = []
     for lst in split_locations(lists):
         conv = convert_to_indexes(lst)
@@ -320,6 +348,117 @@ def split_locations_backward(lists: PairLists) -> list[np.ndarray]:
                     out.append(arr.astype(np.int32))
         else:
             out.extend(split_pair_list(lst))
+    return out
+
+
+# -- the same for small inputs, on Python lists -----------------------------------
+# (Same algorithms as the array versions above, step for step; the tests run
+# both on the same inputs.)
+
+_NONE = (-1, -1)
+Pairs = list[tuple[int, int]]
+
+
+def _as_split(lst: Pairs) -> np.ndarray:
+    return np.array(lst, dtype=np.int32).reshape(-1, 2)
+
+
+def _split_locations_small(rows: list[Pairs]) -> list[Pairs]:
+    """split_locations on per-row lists of pairs; split lists as lists."""
+    num_rows = len(rows)
+    num_output_lists = max(map(len, rows), default=0)
+    if num_output_lists == 0:
+        return []
+    if num_output_lists == 1:
+        return [[r[0] if r else _NONE for r in rows]]
+    # Kaldi's GetSubmatCounts: the count of each submatrix, keys met in
+    # row-major order, visited in std::unordered_map order.
+    counts: dict[int, int] = {}
+    for r in rows:
+        for s, _ in r:
+            counts[s] = counts.get(s, 0) + 1
+    if min(counts) < 0:
+        raise PynnetError("split_locations: -1 is not expected in the input lists")
+    cutoff = num_rows // 2
+    if any(c > cutoff for c in counts.values()):
+        try:
+            order = iteration_order(list(counts), hash_fn=int)
+        except NotImplementedError:  # more keys than the modelled bucket sizes
+            order = sorted(counts)
+        large = [k for k in order if counts[k] > cutoff]
+        # SeparateSubmatsWithLargeCounts: the first pair of each large
+        # submatrix in each row goes to that submatrix's list.
+        own: dict[int, Pairs] = {k: [_NONE] * num_rows for k in large}
+        reduced: list[Pairs] = []
+        for i, r in enumerate(rows):
+            moved: set[int] = set()
+            keep: Pairs = []
+            for pair in r:
+                s = pair[0]
+                if s in own and s not in moved:
+                    moved.add(s)
+                    own[s][i] = pair
+                else:
+                    keep.append(pair)
+            reduced.append(keep)
+        return [own[k] for k in large] + _split_locations_small(reduced)
+    return [[r[i] if len(r) > i else _NONE for r in rows] for i in range(num_output_lists)]
+
+
+def _split_locations_backward_small(rows: list[Pairs]) -> list[Pairs]:
+    """split_locations_backward on per-row lists of pairs."""
+    out: list[Pairs] = []
+    for lst in _split_locations_small(rows):
+        firsts = {s for s, _ in lst if s != -1}
+        if len(firsts) <= 1:            # convert_to_indexes succeeds
+            if not firsts:
+                continue                # nothing in it
+            first_value = next(iter(firsts))
+            parts = _ensure_contiguous_small([r for _, r in lst])
+            if len(parts) == 1:
+                out.append(lst)
+            else:
+                out.extend([(_NONE if v == -1 else (first_value, v)) for v in p] for p in parts)
+        else:
+            out.extend(_split_pair_list_small(lst))
+    return out
+
+
+def _ensure_contiguous_small(values: list[int]) -> list[list[int]]:
+    """ensure_contiguous_property on a list."""
+    dim = len(values)
+    out: list[list[int]] = []
+    runs_of: dict[int, int] = {}
+    i = 0
+    while i < dim:
+        v = values[i]
+        j = i + 1
+        while j < dim and values[j] == v:
+            j += 1
+        if v != -1:
+            k = runs_of.get(v, 0)
+            runs_of[v] = k + 1
+            while len(out) <= k:
+                out.append([-1] * dim)
+            out[k][i:j] = [v] * (j - i)
+        i = j
+    return out
+
+
+def _split_pair_list_small(lst: Pairs) -> list[Pairs]:
+    """split_pair_list on a list."""
+    seen: dict[tuple[int, int], int] = {}
+    out: list[Pairs] = []
+    for i, pair in enumerate(lst):
+        if pair[0] == -1:
+            continue
+        k = seen.get(pair, 0)
+        seen[pair] = k + 1
+        while len(out) <= k:
+            out.append([_NONE] * len(lst))
+        out[k][i] = pair
+    if not out:
+        raise PynnetError("split_pair_list: input list has just dummy pairs")
     return out
 
 

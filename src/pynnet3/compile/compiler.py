@@ -20,7 +20,6 @@ compiler_descriptor.py.
 """
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
@@ -31,16 +30,18 @@ from ..log import verbose_level, vlog
 from ..nnet.components.base import Prop, UpdatableComponent
 from ..nnet.index import Index
 from ..nnet.nnet import NodeType
+from ..nnet.properties_cache import component_properties, component_properties_cached
 from .compile_utils import PairLists
 from .compiler_descriptor import (CindexTable, compile_backward_from_submat_locations_list,
                                   compile_forward_from_submat_locations_list,
-                                  compute_input_locations_list, split_by_scale)
+                                  compute_input_locations_lists, split_by_scale)
 from .computation import (Command, CommandType, MatrixDebugInfo, NnetComputation,
                           PrecomputedIndexesInfo, StrideType)
 from .graph import ComputationGraphBuilder
 from .graph_types import ComputationGraph
+from .n_stride import CindexList, IndexList
 from .request import ComputationRequest
-from .steps import compute_computation_phases, compute_computation_steps_full
+from .steps import compute_computation_phase_arrays, compute_computation_steps_full
 
 if TYPE_CHECKING:
     from ..nnet.nnet import Nnet
@@ -49,6 +50,14 @@ __all__ = ["CompilerOptions", "Compiler", "StepInfo", "consolidate_io_operations
            "compile_computation"]
 
 T = CommandType
+# Component property bits as plain ints (IntFlag operators are slow).
+_P_UPDATABLE = int(Prop.UPDATABLE)
+_P_USES_MEMO = int(Prop.USES_MEMO)
+_P_STORES_STATS = int(Prop.STORES_STATS)
+_P_BACKPROP_NEEDS_INPUT = int(Prop.BACKPROP_NEEDS_INPUT)
+_P_BACKPROP_NEEDS_OUTPUT = int(Prop.BACKPROP_NEEDS_OUTPUT)
+_P_INPUT_CONTIGUOUS = int(Prop.INPUT_CONTIGUOUS)
+_P_OUTPUT_CONTIGUOUS = int(Prop.OUTPUT_CONTIGUOUS)
 
 
 @dataclass
@@ -105,10 +114,17 @@ class Compiler:
         self.loc_row = np.zeros(0, dtype=np.int64)
         # Set by tests to compare the vectorised input-location code with the general one.
         self.use_fast_input_locations = True
+        # Per-compilation memos: component property flags, descriptor-part scales.
+        self._props: dict[int, int] = {}
+        self._scales: dict[int, tuple] = {}
+        self._graph_arrays = None   # set by _set_graph_columns() once the steps are known
 
     # -- the driver -------------------------------------------------------------
     def create_computation(self, options: CompilerOptions | None = None) -> NnetComputation:
-        options = options or CompilerOptions()
+        with component_properties_cached():
+            return self._create_computation(options or CompilerOptions())
+
+    def _create_computation(self, options: CompilerOptions) -> NnetComputation:
         computation = NnetComputation()
         builder = ComputationGraphBuilder(self.nnet, self.graph)
         for request in self.requests:
@@ -117,15 +133,21 @@ class Compiler:
                 raise PynnetError("Not all outputs were computable, cannot create computation.\n"
                                   + builder.explain_why_all_outputs_not_computable())
             builder.prune()
+        # From here on the graph is read as columns (and only grows by the
+        # padding rows of the steps); a graph the builder left as lists is
+        # converted once rather than at every graph.arrays().
+        if self.graph.has_lists():
+            self.graph.set_arrays(self.graph.arrays())
         # Per segment, a list of phases (lists of cindex_ids); each phase
         # becomes one or more steps.  The steps computer may add a few
         # cindexes to the graph (padding rows, dim-range rows).
-        phases_per_segment = compute_computation_phases(self.nnet, self.graph)
+        phases_per_segment = compute_computation_phase_arrays(self.nnet, self.graph)
         result = compute_computation_steps_full(self.nnet, self.requests,
                                                 phases_per_segment, self.graph)
         del phases_per_segment
-        steps, step_to_segment = result.steps, result.step_to_segment
+        steps, step_to_segment = result.step_ids, result.step_to_segment
         self.loc_step, self.loc_row = result.location_step, result.location_row
+        self._set_graph_columns()
         deriv_needed = self.compute_deriv_needed(steps, step_to_segment)
         self.create_step_info(deriv_needed, step_to_segment, steps, computation)
         self.add_commands(deriv_needed, step_to_segment, computation)
@@ -152,22 +174,66 @@ class Compiler:
                 self.compile_backward(step, computation)
         self.deallocate_matrices(whole, step_to_segment, computation)
 
+    def _set_graph_columns(self) -> None:
+        """The finished graph as columns (node, n, t, x; int32), its input
+        flags and dependencies (CSR), for the array work below."""
+        arrays = self.graph.arrays()
+        self._graph_arrays = arrays
+        self._cindex_cols = np.stack([arrays.node, arrays.n, arrays.t, arrays.x], axis=1)
+        self._cindex_node = arrays.node.astype(np.int64)
+
+    def _properties(self, component_index: int) -> int:
+        """Property flags of a component (asked once per component)."""
+        p = self._props.get(component_index)
+        if p is None:
+            p = self._props[component_index] = component_properties(
+                self.nnet.components[component_index])
+        return p
+
     # -- which steps need derivatives ---------------------------------------------
     def compute_step_dependencies(self, this_step: Sequence[int], step_index: int) -> set[int]:
         """Steps whose output this step reads (Kaldi's ComputeStepDependencies)."""
         if len(this_step) == 0:
             return set()
-        node_index = self.graph.cindexes[this_step[0]][0]
+        if self._graph_arrays is None:
+            self._set_graph_columns()
+        node_index = int(self._cindex_node[this_step[0]])
         if self.nnet.is_component_node(node_index):
             if step_index == 0:
                 raise PynnetError("component step with no preceding input step")
             return {step_index - 1}   # its component-input step
-        deps = self.graph.dependencies
-        flat = np.fromiter(itertools.chain.from_iterable(deps[c] for c in this_step),
-                           dtype=np.int64)
-        return set(np.unique(self.loc_step[flat]).tolist()) if flat.size else set()
+        arrays = self._graph_arrays
+        ids = np.asarray(this_step, dtype=np.int64)
+        starts = arrays.dep_offsets[ids]
+        lens = arrays.dep_offsets[ids + 1] - starts
+        total = int(lens.sum())
+        if total == 0:
+            return set()
+        first = np.repeat(starts - (np.cumsum(lens) - lens), lens)
+        flat = arrays.dep_flat[first + np.arange(total, dtype=np.int64)]
+        return set(np.unique(self.loc_step[flat]).tolist())
 
-    def compute_deriv_needed(self, steps: list[list[int]],
+    def _all_step_dependencies(self, steps: Sequence[Sequence[int]]) -> list[list[int]]:
+        """compute_step_dependencies() of every step at once, ignoring that
+        a component step reads only its input step (the caller knows)."""
+        arrays = self._graph_arrays
+        sizes = np.fromiter(map(len, steps), np.int64, len(steps))
+        ids = (np.concatenate([np.asarray(s, dtype=np.int64) for s in steps])
+               if len(steps) else np.zeros(0, dtype=np.int64))
+        starts = arrays.dep_offsets[ids]
+        lens = arrays.dep_offsets[ids + 1] - starts
+        total = int(lens.sum())
+        first = np.repeat(starts - (np.cumsum(lens) - lens), lens)
+        dep_step = self.loc_step[arrays.dep_flat[first + np.arange(total, dtype=np.int64)]]
+        src_step = np.repeat(np.repeat(np.arange(len(steps), dtype=np.int64), sizes), lens)
+        # Distinct (step, dependency step) pairs, sorted.
+        keys = np.unique(src_step * (len(steps) + 1) + (dep_step + 1))
+        src, dep = np.divmod(keys, len(steps) + 1)
+        bounds = np.searchsorted(src, np.arange(len(steps) + 1)).tolist()
+        dep_list = (dep - 1).tolist()
+        return [dep_list[bounds[s]:bounds[s + 1]] for s in range(len(steps))]
+
+    def compute_deriv_needed(self, steps: Sequence[Sequence[int]],
                              step_to_segment: list[int]) -> list[bool]:
         """Kaldi's ComputeDerivNeeded: a step needs a derivative if a step it
         reads does, if it is an input whose derivative the user wants, an
@@ -177,21 +243,28 @@ class Compiler:
                 and step_to_segment[-1] + 1 == len(self.requests)):
             raise PynnetError("compute_deriv_needed: inconsistent steps / segments")
         nnet = self.nnet
-        graph = self.graph
+        is_input = self._graph_arrays.is_input
         deriv_needed = [False] * len(steps)
+        step_deps = self._all_step_dependencies(steps)
         for step, this_step in enumerate(steps):
             if len(this_step) == 0:
                 continue  # e.g. the input step of a component that needs no input
             cindex_id = this_step[0]
-            node_index = graph.cindexes[cindex_id][0]
+            node_index = int(self._cindex_node[cindex_id])
             node_name = nnet.node_names[node_index]
-            for dep_step in self.compute_step_dependencies(this_step, step):
+            if nnet.is_component_node(node_index):
+                if step == 0:
+                    raise PynnetError("component step with no preceding input step")
+                deps = [step - 1]   # its component-input step
+            else:
+                deps = step_deps[step]
+            for dep_step in deps:
                 if dep_step >= step:
                     raise PynnetError("step depends on a later step (bad step order)")
                 if deriv_needed[dep_step]:
                     deriv_needed[step] = True
             request = self.requests[step_to_segment[step]]
-            if graph.is_input[cindex_id]:
+            if is_input[cindex_id]:
                 i = request.index_for_input(node_name)
                 if i == -1:
                     raise PynnetError(f"input step for {node_name} not in the request")
@@ -205,7 +278,7 @@ class Compiler:
                     deriv_needed[step] = True
             if nnet.is_component_node(node_index) and request.need_model_derivative:
                 c = nnet.component_for_node(node_index)
-                if c.properties() & Prop.UPDATABLE:
+                if self._properties(nnet.nodes[node_index].component_index) & _P_UPDATABLE:
                     if not isinstance(c, UpdatableComponent):
                         raise PynnetError(f"component {c.type_name} is updatable but not an "
                                           "UpdatableComponent")
@@ -220,40 +293,41 @@ class Compiler:
         """EQUAL_NUM_COLS where the component wants contiguous input/output."""
         nnet = self.nnet
         if nnet.is_component_input_node(node_index):
-            flag, comp_node = Prop.INPUT_CONTIGUOUS, node_index + 1
+            flag, comp_node = _P_INPUT_CONTIGUOUS, node_index + 1
         elif nnet.is_component_node(node_index):
-            flag, comp_node = Prop.OUTPUT_CONTIGUOUS, node_index
+            flag, comp_node = _P_OUTPUT_CONTIGUOUS, node_index
         else:
             return StrideType.DEFAULT
-        props = nnet.component_for_node(comp_node).properties()
+        props = self._properties(nnet.nodes[comp_node].component_index)
         return StrideType.EQUAL_NUM_COLS if props & flag else StrideType.DEFAULT
 
     def create_step_info(self, deriv_needed: list[bool], step_to_segment: list[int],
-                         by_step: list[list[int]], computation: NnetComputation) -> None:
+                         by_step: Sequence[Sequence[int]], computation: NnetComputation) -> None:
         """Kaldi's CreateStepInfo: matrices and submatrices for every step,
         and input locations of descriptor steps."""
-        if not by_step:
+        if len(by_step) == 0:
             raise PynnetError("no steps to compile")
         nnet = self.nnet
-        graph = self.graph
-        cindexes = graph.cindexes
-        table = CindexTable(graph)
+        arrays = self._graph_arrays
+        cindex_node = self._cindex_node
+        table = CindexTable(self.graph, nnet.num_nodes())
         step_node = np.zeros(len(by_step), dtype=np.int64)
         self.steps = [StepInfo() for _ in by_step]
         for step, ids in enumerate(by_step):
             info = self.steps[step]
-            info.output_cindex_ids = np.asarray(ids, dtype=np.int64)
+            info.output_cindex_ids = ids_arr = np.asarray(ids, dtype=np.int64)
             info.segment = step_to_segment[step]
-            info.output_indexes = [cindexes[c][1] for c in ids]
-            if not ids:
+            # Array-backed: Index objects are made only if somebody reads them.
+            info.output_indexes = IndexList(self._cindex_cols[ids_arr, 1:])
+            if len(ids) == 0:
                 # The (empty) input step of a component needing no input
                 # (e.g. ConstantFunctionComponent): a placeholder, no commands.
-                if step + 1 >= len(by_step) or not by_step[step + 1]:
+                if step + 1 >= len(by_step) or len(by_step[step + 1]) == 0:
                     raise PynnetError("empty step not followed by a component step")
-                info.node_index = cindexes[by_step[step + 1][0]][0] - 1
+                info.node_index = int(cindex_node[by_step[step + 1][0]]) - 1
                 step_node[step] = info.node_index
                 continue
-            info.node_index = cindexes[ids[0]][0]
+            info.node_index = int(cindex_node[ids[0]])
             step_node[step] = info.node_index
             node = nnet.nodes[info.node_index]
             num_rows, num_cols = len(ids), nnet.node_dim(info.node_index)
@@ -264,8 +338,10 @@ class Compiler:
                     info.deriv = computation.new_matrix(num_rows, num_cols, stride)
             else:
                 # A column range of the step it is taken from (same rows).
-                source = next((graph.dependencies[c][0] for c in ids if graph.dependencies[c]),
-                              -1)
+                offsets = arrays.dep_offsets
+                has_deps = np.flatnonzero(offsets[ids_arr + 1] > offsets[ids_arr])
+                source = (int(arrays.dep_flat[offsets[ids_arr[has_deps[0]]]])
+                          if has_deps.size else -1)
                 if source < 0:
                     raise PynnetError("dim-range step with no source")
                 input_step = int(self.loc_step[source])
@@ -280,6 +356,7 @@ class Compiler:
                 self._set_up_descriptor_step(step, deriv_needed[step], table, computation)
             if computation.submatrices[info.value].num_rows != num_rows:
                 raise PynnetError("step matrix has the wrong number of rows")
+        self._compute_input_locations(table)
         # steps[s].node_index / .value / .deriv as arrays, for mapping (step, row)
         # locations to (submatrix, row) ones.
         self.step_node = step_node
@@ -294,12 +371,7 @@ class Compiler:
         num_parts = desc.num_parts()
         if num_parts == 0:
             raise PynnetError("descriptor with no parts")
-        out_arr = table.index[info.output_cindex_ids]
-        info.input_locations_list = [
-            compute_input_locations_list(desc.part(p), info.output_indexes, out_arr, self.graph,
-                                         table, self.loc_step, self.loc_row,
-                                         self.use_fast_input_locations)
-            for p in range(num_parts)]
+        # (input_locations_list: see _compute_input_locations, after all steps)
         if num_parts == 1:
             info.value_parts = [info.value]
             if need_deriv:
@@ -315,6 +387,37 @@ class Compiler:
         if offset != desc.dim(nnet.node_dim):
             raise PynnetError("descriptor parts do not add up to its dimension")
 
+    def _compute_input_locations(self, table: CindexTable) -> None:
+        """Kaldi's ComputeInputLocationsList for every part of every
+        descriptor step.  The steps of one node share the descriptor, so
+        they are done together (a recurrent layer has a step per frame) and
+        the result is cut back into steps."""
+        by_node: dict[int, list[StepInfo]] = {}
+        for info in self.steps:
+            if info.value_parts:
+                by_node.setdefault(info.node_index, []).append(info)
+        jobs: list[tuple] = []
+        groups: list[tuple[list[StepInfo], list[int]]] = []
+        for node_index, infos in by_node.items():
+            desc = self.nnet.nodes[node_index].descriptor
+            ids = np.concatenate([info.output_cindex_ids for info in infos])
+            bounds = [0]
+            for info in infos:
+                bounds.append(bounds[-1] + len(info.output_cindex_ids))
+                info.input_locations_list = []
+            out_arr = table.index[ids]
+            for p in range(desc.num_parts()):
+                jobs.append((desc.part(p), out_arr))
+                groups.append((infos, bounds))
+        results = compute_input_locations_lists(jobs, self.graph, table, self.loc_step,
+                                                self.loc_row, self.use_fast_input_locations)
+        for (infos, bounds), locations in zip(groups, results):
+            if len(infos) == 1:
+                infos[0].input_locations_list.append(locations)
+                continue
+            for k, info in enumerate(infos):
+                info.input_locations_list.append(locations.rows(bounds[k], bounds[k + 1]))
+
     # -- matrices and precomputed indexes --------------------------------------------
     def allocate_matrices(self, whole_submatrices: list[int],
                           computation: NnetComputation) -> None:
@@ -326,7 +429,7 @@ class Compiler:
         for info in self.steps:
             if len(info.output_cindex_ids) == 0:
                 continue
-            if self.graph.is_input[int(info.output_cindex_ids[0])]:
+            if self._graph_arrays.is_input[int(info.output_cindex_ids[0])]:
                 supplied.add(computation.submatrices[info.value].matrix_index)
             if self.nnet.is_output_node(info.node_index) and info.deriv != 0:
                 supplied.add(computation.submatrices[info.deriv].matrix_index)
@@ -360,8 +463,9 @@ class Compiler:
             # Kaldi keeps the indexes only when a shortcut expansion may need
             # them; we always keep them, so that the data can be recomputed
             # when a computation is read back from the cache.
+            # (The steps' index lists are read-only and array-backed: shared.)
             computation.component_precomputed_indexes.append(PrecomputedIndexesInfo(
-                data, list(input_info.output_indexes), list(info.output_indexes)))
+                data, input_info.output_indexes, info.output_indexes))
 
     def deallocate_matrices(self, whole_submatrices: list[int], step_to_segment: list[int],
                             computation: NnetComputation) -> None:
@@ -415,12 +519,11 @@ class Compiler:
         info = self.steps[step]
         input_info = self.steps[step - 1]
         node = self.nnet.nodes[info.node_index]
-        component = self.nnet.components[node.component_index]
-        props = component.properties()
+        props = self._properties(node.component_index)
         # The step index serves as the memo index (renumbered by the optimizer).
-        memo_index = step if (info.deriv > 0 and props & Prop.USES_MEMO) else 0
+        memo_index = step if (info.deriv > 0 and props & _P_USES_MEMO) else 0
         store_stats = 1 if (self.requests[0].store_component_stats
-                            and props & Prop.STORES_STATS) else 0
+                            and props & _P_STORES_STATS) else 0
         computation.commands.append(Command(
             T.PROPAGATE, 1.0, node.component_index, info.precomputed_indexes_index,
             input_info.value, info.value, memo_index, store_stats))
@@ -446,7 +549,7 @@ class Compiler:
             computation.commands.append(Command(T.SET_CONST, float(np.float32(offset_term)),
                                                 value_sub))
         locations = info.input_locations_list[part_index]
-        shared_alpha, split = split_by_scale(part, locations, self.step_node)
+        shared_alpha, split = split_by_scale(part, locations, self.step_node, self._scales)
         if shared_alpha - shared_alpha == 0.0:
             split = [(shared_alpha, locations)]
         for alpha, locs in split:
@@ -477,13 +580,12 @@ class Compiler:
         info = self.steps[step]
         input_info = self.steps[step - 1]
         node = self.nnet.nodes[info.node_index]
-        component = self.nnet.components[node.component_index]
-        props = component.properties()
-        if not (info.deriv > 0 and (input_info.deriv > 0 or props & Prop.UPDATABLE)):
+        props = self._properties(node.component_index)
+        if not (info.deriv > 0 and (input_info.deriv > 0 or props & _P_UPDATABLE)):
             raise PynnetError("backprop of a component with nothing to compute")
-        in_value = input_info.value if props & Prop.BACKPROP_NEEDS_INPUT else 0
-        out_value = info.value if props & Prop.BACKPROP_NEEDS_OUTPUT else 0
-        memo_index = step if props & Prop.USES_MEMO else 0
+        in_value = input_info.value if props & _P_BACKPROP_NEEDS_INPUT else 0
+        out_value = info.value if props & _P_BACKPROP_NEEDS_OUTPUT else 0
+        memo_index = step if props & _P_USES_MEMO else 0
         # Always kBackprop; the optimizer turns it into kBackpropNoModelUpdate
         # where the model is not being updated.
         computation.commands.append(Command(
@@ -508,7 +610,7 @@ class Compiler:
         part = self.nnet.nodes[info.node_index].descriptor.part(part_index)
         # A Const() term has no derivative to pass back.
         locations = info.input_locations_list[part_index]
-        shared_alpha, split = split_by_scale(part, locations, self.step_node)
+        shared_alpha, split = split_by_scale(part, locations, self.step_node, self._scales)
         if shared_alpha - shared_alpha == 0.0:
             split = [(shared_alpha, locations)]
         for alpha, locs in split:
@@ -521,7 +623,7 @@ class Compiler:
     def output_debug_info(self, computation: NnetComputation) -> None:
         """Which cindexes each matrix holds (for printing and checks)."""
         computation.matrix_debug_info = [MatrixDebugInfo() for _ in computation.matrices]
-        cindexes = self.graph.cindexes
+        cindex_cols = self._cindex_cols
         for info in self.steps:
             if info.value == 0 or not computation.is_whole_matrix(info.value):
                 continue
@@ -533,13 +635,13 @@ class Compiler:
             dbg.is_deriv = False
             if dbg.cindexes:
                 continue  # a dim-range alias covering the whole matrix
-            # The graph's own (node, Index) tuples: making millions of new
-            # tuples here would set off Python's full garbage collections.
-            dbg.cindexes = [cindexes[c] for c in info.output_cindex_ids.tolist()]
+            # Array-backed (node, Index) lists, shared by the value and the
+            # derivative: the tuples are made only if somebody reads them.
+            dbg.cindexes = CindexList(cindex_cols[info.output_cindex_ids])
             if deriv_matrix != 0:
                 ddbg = computation.matrix_debug_info[deriv_matrix]
                 ddbg.is_deriv = True
-                ddbg.cindexes = list(dbg.cindexes)
+                ddbg.cindexes = dbg.cindexes
 
 
 def consolidate_io_operations(computation: NnetComputation) -> None:

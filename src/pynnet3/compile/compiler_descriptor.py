@@ -12,8 +12,6 @@ with thousands of rows is processed by array operations.
 """
 from __future__ import annotations
 
-from itertools import chain
-from operator import itemgetter
 from typing import Any, Sequence
 
 import numpy as np
@@ -25,6 +23,8 @@ from .compile_utils import (PairLists, convert_to_indexes, has_contiguous_proper
                             split_locations, split_locations_backward)
 from .computation import Command, CommandType, NnetComputation
 from .graph_types import CindexSet, ComputationGraph
+from .n_stride import IndexList
+from .steps import _CindexTable as _StepsCindexTable
 
 __all__ = ["CindexTable", "compute_input_locations_list", "split_by_scale",
            "compile_forward_from_submat_locations_list",
@@ -34,89 +34,88 @@ __all__ = ["CindexTable", "compute_input_locations_list", "split_by_scale",
 class CindexTable:
     """Vectorised cindex -> cindex_id lookup over a (finished) graph.
 
-    Each column (n, t, x) is replaced by its rank among the values present,
-    so that a cindex packs into one int64 key; lookups are binary searches.
+    ``node`` and ``index`` (columns n, t, x) hold every cindex by id; lookups
+    go through the steps computer's packed keys (a dense key -> id array when
+    the graph is compact, else binary search).
     """
 
-    def __init__(self, graph: ComputationGraph) -> None:
-        cindexes = graph.cindexes
-        num = len(cindexes)
-        self.node = np.fromiter(map(itemgetter(0), cindexes), dtype=np.int64, count=num)
-        self.index = np.fromiter(chain.from_iterable(map(itemgetter(1), cindexes)),
-                                 dtype=np.int64, count=3 * num).reshape(num, 3)
-        self._cols = [np.unique(self.index[:, k]) for k in range(3)]
-        self._sizes = [max(len(c), 1) for c in self._cols]
-        num_nodes = int(self.node.max()) + 1 if num else 1
-        self._packable = float(num_nodes) * np.prod([float(s) for s in self._sizes]) < 2.0 ** 62
-        if self._packable:
-            keys = self._keys(self.node, self.index[:, 0], self.index[:, 1], self.index[:, 2])
-            self._order = np.argsort(keys, kind="stable")
-            self._sorted_keys = keys[self._order]
-        else:  # absurdly spread indexes: fall back to the graph's dict
-            self._ids = graph._cindex_to_id
-
-    def _keys(self, node: np.ndarray, n: np.ndarray, t: np.ndarray, x: np.ndarray) -> np.ndarray:
-        """Packed keys; -1 where some value is not present in the graph at all."""
-        key = np.asarray(node, dtype=np.int64).copy()
-        missing = np.zeros(key.shape[0], dtype=bool)
-        for col, size, vals in zip(self._cols, self._sizes, (n, t, x)):
-            vals = np.asarray(vals, dtype=np.int64)
-            rank = np.searchsorted(col, vals)
-            rank_c = np.minimum(rank, len(col) - 1) if len(col) else rank
-            missing |= (rank >= len(col)) | (col[rank_c] != vals if len(col) else True)
-            key = key * size + np.where(missing, 0, rank)
-        key[missing] = -1
-        return key
+    def __init__(self, graph: ComputationGraph, num_nodes: int | None = None) -> None:
+        arrays = graph.arrays()
+        if num_nodes is None:
+            num_nodes = int(arrays.node.max()) + 1 if len(arrays.node) else 1
+        self._table = _StepsCindexTable(arrays, num_nodes)
+        self.node = self._table.node
+        self.index = self._table.ntx
 
     def lookup(self, node: np.ndarray, n: np.ndarray, t: np.ndarray, x: np.ndarray) -> np.ndarray:
         """cindex_ids of the given cindexes (columns), -1 where absent."""
-        if not self._packable:
-            ids = self._ids
-            return np.array([ids.get((int(a), Index(int(b), int(c), int(e))), -1)
-                             for a, b, c, e in zip(node, n, t, x)], dtype=np.int64)
-        keys = self._keys(node, n, t, x)
-        pos = np.searchsorted(self._sorted_keys, keys)
-        pos_c = np.minimum(pos, len(self._sorted_keys) - 1)
-        found = (keys >= 0) & (pos < len(self._sorted_keys))
-        if len(self._sorted_keys):
-            found &= self._sorted_keys[pos_c] == keys
-        return np.where(found, self._order[pos_c] if len(self._order) else -1, -1)
+        num = len(node)
+        ntx = np.empty((num, 3), dtype=np.int64)
+        ntx[:, 0], ntx[:, 1], ntx[:, 2] = n, t, x
+        return self._table.lookup(np.asarray(node, dtype=np.int64), ntx)
 
 
 # --------------------------------------------------------------------------
 # Where the inputs of a descriptor part come from.
 
-def _offset_terms(part: d.SumDescriptor) -> list[tuple[int, int, int, int, bool]] | None:
-    """For parts made of node references shifted by constant offsets, summed
-    and maybe wrapped in IfDefined: the terms ``(node, dn, dt, dx, optional)``;
-    None for anything else (Failover, Round, ReplaceIndex, Switch ...)."""
-    terms: list[tuple[int, int, int, int, bool]] = []
-
-    def forwarding(f: Any, optional: bool) -> bool:
-        dn = dt = dx = 0
-        while isinstance(f, d.OffsetForwardingDescriptor):
-            dn += f.offset[0]
-            dt += f.offset[1]
-            dx += f.offset[2]
-            f = f.src
-        if type(f) is d.SimpleForwardingDescriptor:
-            terms.append((f.src_node, dn, dt, dx, optional))
-            return True
-        return False
+def _forwarding_terms(part: d.SumDescriptor) -> list[tuple[Any, bool]] | None:
+    """For parts that are sums of forwarding expressions (maybe wrapped in
+    IfDefined) and constants: the terms ``(forwarding descriptor, optional)``;
+    None for anything else (Failover, IfDefined of a sum ...)."""
+    terms: list[tuple[Any, bool]] = []
 
     def walk(p: Any, optional: bool) -> bool:
         if type(p) is d.SimpleSumDescriptor:
-            return forwarding(p.src, optional)
+            terms.append((p.src, optional))
+            return True
         if type(p) is d.ConstantSumDescriptor:
             return True
         if type(p) is d.OptionalSumDescriptor and not optional \
                 and type(p.src) is d.SimpleSumDescriptor:
-            return forwarding(p.src.src, True)
+            terms.append((p.src.src, True))
+            return True
         if type(p) is d.BinarySumDescriptor and p.op == d.BinarySumDescriptor.SUM:
             return walk(p.src1, optional) and walk(p.src2, optional)
         return False
 
     return terms if walk(part, False) else None
+
+
+_INT32_MIN = -(1 << 31)
+
+
+def _wrap32(v: np.ndarray) -> np.ndarray:
+    """int32 wrap-around of int64 values (Kaldi adds offsets in int32)."""
+    return (v - _INT32_MIN) % (1 << 32) + _INT32_MIN
+
+
+def _map_to_input(f: Any, rows: np.ndarray, n: np.ndarray, t: np.ndarray, x: np.ndarray,
+                  node: np.ndarray) -> bool:
+    """ForwardingDescriptor.map_to_input for the ``rows`` of the columns, in
+    place (``node`` gets the source node); False for an unknown kind."""
+    while True:
+        kind = type(f)
+        if kind is d.SimpleForwardingDescriptor:
+            node[rows] = f.src_node
+            return True
+        if kind is d.OffsetForwardingDescriptor:
+            o = f.offset
+            n[rows] = _wrap32(n[rows] + o[0])
+            t[rows] = _wrap32(t[rows] + o[1])
+            x[rows] = _wrap32(x[rows] + o[2])
+        elif kind is d.RoundingForwardingDescriptor:
+            if f.t_modulus < 1:
+                return False
+            t[rows] -= t[rows] % f.t_modulus
+        elif kind is d.ReplaceIndexForwardingDescriptor:
+            (t if f.variable_name == "t" else x)[rows] = f.value
+        elif kind is d.SwitchingForwardingDescriptor:
+            which = t[rows] % len(f.src)
+            return all(_map_to_input(src, rows[which == k], n, t, x, node)
+                       for k, src in enumerate(f.src))
+        else:
+            return False
+        f = f.src
 
 
 def compute_input_locations_list(part: d.SumDescriptor, output_indexes: Sequence[Index],
@@ -130,9 +129,11 @@ def compute_input_locations_list(part: d.SumDescriptor, output_indexes: Sequence
     whose t is kNoTime (padding rows of non-simple components) get none.
     """
     num_rows = len(output_indexes)
-    terms = _offset_terms(part) if use_fast_path else None
+    terms = _forwarding_terms(part) if use_fast_path else None
     if terms is not None:
-        return _input_locations_fast(terms, output_index_array, table, loc_step, loc_row)
+        ans = _input_locations_fast(terms, output_index_array, table, loc_step, loc_row)
+        if ans is not None:
+            return ans
     cindex_set = CindexSet(graph)
     get_id = graph.get_cindex_id
     row_ids: list[int] = []
@@ -157,37 +158,104 @@ def compute_input_locations_list(part: d.SumDescriptor, output_indexes: Sequence
     return PairLists.from_row_ids(num_rows, np.asarray(row_ids, dtype=np.int64), pairs)
 
 
-def _input_locations_fast(terms: list[tuple[int, int, int, int, bool]],
-                          out_idx: np.ndarray, table: CindexTable,
-                          loc_step: np.ndarray, loc_row: np.ndarray) -> PairLists:
+def compute_input_locations_lists(jobs: Sequence[tuple[d.SumDescriptor, np.ndarray]],
+                                  graph: ComputationGraph, table: CindexTable,
+                                  loc_step: np.ndarray, loc_row: np.ndarray,
+                                  use_fast_path: bool = True) -> list[PairLists]:
+    """:func:`compute_input_locations_list` for many (part, output index
+    array) jobs at once: the forwarding terms of all of them are looked up
+    in one go (a network has a hundred descriptor parts; one lookup each
+    would cost more than the lookups themselves)."""
+    ans: list[PairLists | None] = [None] * len(jobs)
+    # (job, row, node, n, t, x, optional) of every term of every fast job.
+    cols: list[list[np.ndarray]] = [[] for _ in range(6)]
+    optional_flags: list[np.ndarray] = []
+    fast_jobs: list[int] = []
+    for j, (part, out_idx) in enumerate(jobs):
+        terms = _forwarding_terms(part) if use_fast_path else None
+        mapped = _map_terms(terms, out_idx) if terms is not None else None
+        if mapped is None:
+            ans[j] = compute_input_locations_list(part, IndexList(out_idx.astype(np.int32)),
+                                                  out_idx, graph, table, loc_step, loc_row,
+                                                  use_fast_path=False)
+            continue
+        fast_jobs.append(j)
+        for row, node, n, t, x, optional in mapped:
+            for c, v in zip(cols, (np.full(len(row), j, dtype=np.int64), row, node, n, t, x)):
+                c.append(v)
+            optional_flags.append(np.full(len(row), optional, dtype=bool))
+    if not fast_jobs:
+        return ans  # type: ignore[return-value]
+    job, row, node, n, t, x = (np.concatenate(c) if c else np.zeros(0, dtype=np.int64)
+                               for c in cols)
+    optional = np.concatenate(optional_flags) if optional_flags else np.zeros(0, dtype=bool)
+    found = table.lookup(node, n, t, x)
+    present = found >= 0
+    if not (present | optional).all():
+        raise PynnetError("descriptor input not in the computation graph "
+                          "(earlier compilation stages should have ensured it)")
+    job, row, node, n, t, x, found = (a[present] for a in (job, row, node, n, t, x, found))
+    # Jobs, then rows in order; inside a row, Kaldi's Cindex order (node,
+    # t, x, n), equal cindexes in the order of the terms (a stable sort).
+    order = np.lexsort((n, x, t, node, row, job))
+    job, row, found = job[order], row[order], found[order]
+    pairs = np.stack([loc_step[found], loc_row[found]], axis=1)
+    bounds = np.searchsorted(job, np.arange(len(jobs) + 1)).tolist()
+    for j in fast_jobs:
+        lo, hi = bounds[j], bounds[j + 1]
+        ans[j] = PairLists.from_row_ids(len(jobs[j][1]), row[lo:hi], pairs[lo:hi])
+    return ans  # type: ignore[return-value]
+
+
+def _map_terms(terms: list[tuple[Any, bool]], out_idx: np.ndarray
+               ) -> list[tuple[np.ndarray, ...]] | None:
+    """Per term: (rows, node, n, t, x, optional) of the input cindex of each
+    output row whose t is not kNoTime; None for a term kind not known."""
+    real = np.flatnonzero(out_idx[:, 1] != K_NO_TIME)
+    out = []
+    for f, optional in terms:
+        n, t, x = (out_idx[real, k].astype(np.int64) for k in range(3))
+        node = np.zeros(len(real), dtype=np.int64)
+        if not _map_to_input(f, np.arange(len(real)), n, t, x, node):
+            return None
+        out.append((real, node, n, t, x, optional))
+    return out
+
+
+def _input_locations_fast(terms: list[tuple[Any, bool]], out_idx: np.ndarray,
+                          table: CindexTable, loc_step: np.ndarray,
+                          loc_row: np.ndarray) -> PairLists | None:
+    """The same for a sum of forwarding terms, as array operations (None if
+    a term is of a kind this does not know)."""
     num_rows = out_idx.shape[0]
-    # The order of the terms' cindexes in a row is the same for every row
-    # (Kaldi's Cindex order: node, then t, x, n offsets).
-    terms = sorted(terms, key=lambda tm: (tm[0], tm[2], tm[3], tm[1]))
-    real = out_idx[:, 1] != K_NO_TIME
-    ids = np.full((num_rows, len(terms)), -1, dtype=np.int64)
-    for k, (node, dn, dt, dx, optional) in enumerate(terms):
-        found = table.lookup(np.full(num_rows, node, dtype=np.int64), out_idx[:, 0] + dn,
-                             out_idx[:, 1] + dt, out_idx[:, 2] + dx)
-        if not optional and np.any((found < 0) & real):
+    real = np.flatnonzero(out_idx[:, 1] != K_NO_TIME)
+    parts: list[tuple[np.ndarray, ...]] = []   # (row, node, n, t, x, cindex_id) per term
+    for f, optional in terms:
+        n, t, x = (out_idx[real, k].astype(np.int64) for k in range(3))
+        node = np.zeros(len(real), dtype=np.int64)
+        if not _map_to_input(f, np.arange(len(real)), n, t, x, node):
+            return None
+        found = table.lookup(node, n, t, x)
+        present = found >= 0
+        if not optional and not present.all():
             raise PynnetError("descriptor input not in the computation graph "
                               "(earlier compilation stages should have ensured it)")
-        ids[:, k] = np.where(real, found, -1)
-    present = ids >= 0
-    row_ids = np.nonzero(present)[0]   # row-major: rows in order, terms in order
-    flat = ids[present]
+        parts.append((real[present], node[present], n[present], t[present], x[present],
+                      found[present]))
+    if not parts:
+        return PairLists.from_row_ids(num_rows, np.zeros(0, dtype=np.int64),
+                                      np.zeros((0, 2), dtype=np.int64))
+    row, node, n, t, x, ids = (np.concatenate(c) for c in zip(*parts))
+    # Rows in order; inside a row, Kaldi's Cindex order (node, t, x, n),
+    # equal cindexes in the order of the terms (a stable sort).
+    order = np.lexsort((n, x, t, node, row))
+    flat = ids[order]
     pairs = np.stack([loc_step[flat], loc_row[flat]], axis=1)
-    return PairLists.from_row_ids(num_rows, row_ids, pairs)
+    return PairLists.from_row_ids(num_rows, row[order], pairs)
 
 
-def split_by_scale(part: d.SumDescriptor, locations: PairLists,
-                   step_node: np.ndarray) -> tuple[float, list[tuple[float, PairLists]]]:
-    """Kaldi's SplitByScale.
-
-    If every node of the part has the same scale, ``(scale, [])``; otherwise
-    ``(inf, [(alpha, locations with only that alpha's terms), ...])`` in
-    increasing alpha.  ``step_node[s]`` is the node of step s.
-    """
+def _scales_of_part(part: d.SumDescriptor) -> dict[float, list[int]]:
+    """alpha -> the nodes of the part with that scale (sorted)."""
     nodes = sorted(set(part.get_node_dependencies([])))
     alpha_to_nodes: dict[float, list[int]] = {}
     for node in nodes:
@@ -195,6 +263,26 @@ def split_by_scale(part: d.SumDescriptor, locations: PairLists,
         if alpha - alpha != 0.0:
             raise PynnetError(f"descriptor part has no finite scale for node {node}")
         alpha_to_nodes.setdefault(alpha, []).append(node)
+    return alpha_to_nodes
+
+
+def split_by_scale(part: d.SumDescriptor, locations: PairLists, step_node: np.ndarray,
+                   cache: dict[int, tuple[Any, dict[float, list[int]]]] | None = None
+                   ) -> tuple[float, list[tuple[float, PairLists]]]:
+    """Kaldi's SplitByScale.
+
+    If every node of the part has the same scale, ``(scale, [])``; otherwise
+    ``(inf, [(alpha, locations with only that alpha's terms), ...])`` in
+    increasing alpha.  ``step_node[s]`` is the node of step s.  ``cache``
+    (id(part) -> scales) saves walking the descriptor again for each step.
+    """
+    hit = cache.get(id(part)) if cache is not None else None
+    if hit is not None and hit[0] is part:
+        alpha_to_nodes = hit[1]
+    else:
+        alpha_to_nodes = _scales_of_part(part)
+        if cache is not None:
+            cache[id(part)] = (part, alpha_to_nodes)
     if len(alpha_to_nodes) == 1:
         return next(iter(alpha_to_nodes)), []
     if locations.pairs.shape[0] == 0:

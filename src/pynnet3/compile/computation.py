@@ -13,14 +13,13 @@ table, so a new command type is described in one place.
 from __future__ import annotations
 
 import enum
-import io
-import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from itertools import chain
+from operator import attrgetter, is_
 from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import FormatError
 from ..nnet.index import Index, print_indexes
 
 
@@ -157,12 +156,99 @@ class Command:
         return (self.arg1, self.arg2, self.arg3, self.arg4, self.arg5, self.arg6, self.arg7)
 
     def with_args(self, **changes: Any) -> "Command":
-        return replace(self, **changes)
+        """A copy with some fields changed (``dataclasses.replace`` without its
+        per-field introspection, which made renumbering slow)."""
+        if not changes.keys() <= _COMMAND_FIELD_SET:
+            bad = sorted(changes.keys() - _COMMAND_FIELD_SET)
+            raise TypeError(f"Command has no field(s) {bad}")
+        get = changes.get
+        return make_command(get("command_type", self.command_type), get("alpha", self.alpha),
+                            get("arg1", self.arg1), get("arg2", self.arg2),
+                            get("arg3", self.arg3), get("arg4", self.arg4),
+                            get("arg5", self.arg5), get("arg6", self.arg6),
+                            get("arg7", self.arg7))
 
     def submatrix_args(self) -> list[tuple[int, Role]]:
         """(argument position 1..7, role) of every submatrix argument."""
         return [(i + 1, role) for i, role in enumerate(ARG_ROLES[self.command_type])
                 if role in _SUBMATRIX_ROLES]
+
+
+_COMMAND_FIELD_SET = frozenset(("command_type", "alpha", "arg1", "arg2", "arg3", "arg4", "arg5",
+                                "arg6", "arg7"))
+_COMMAND_INT_FIELDS = attrgetter("command_type", "arg1", "arg2", "arg3", "arg4", "arg5", "arg6",
+                                 "arg7")
+
+
+_OBJECT_NEW = object.__new__
+_SET_FIELDS = tuple(getattr(Command, name).__set__ for name in Command.__slots__)
+if tuple(Command.__slots__) != ("command_type", "alpha", "arg1", "arg2", "arg3", "arg4", "arg5",
+                                "arg6", "arg7"):
+    raise ImportError("Command's fields changed: update make_command")
+
+
+def make_command(command_type: CommandType, alpha: float, arg1: int, arg2: int, arg3: int,
+                 arg4: int, arg5: int, arg6: int, arg7: int) -> Command:
+    """``Command(...)`` with every field given, about twice as fast (the
+    frozen dataclass's ``__init__`` assigns each field through
+    ``object.__setattr__``); for passes that rebuild thousands of commands."""
+    c = _OBJECT_NEW(Command)
+    s0, s1, s2, s3, s4, s5, s6, s7, s8 = _SET_FIELDS
+    s0(c, command_type)
+    s1(c, alpha)
+    s2(c, arg1)
+    s3(c, arg2)
+    s4(c, arg3)
+    s5(c, arg4)
+    s6(c, arg5)
+    s7(c, arg6)
+    s8(c, arg7)
+    return c
+
+
+_SUBMATRIX_FIELDS = attrgetter("matrix_index", "row_offset", "num_rows", "col_offset", "num_cols")
+
+
+def submatrix_table(submatrices: Sequence["SubMatrixInfo"]) -> np.ndarray:
+    """int64 [len, 5]: matrix, row_offset, num_rows, col_offset, num_cols."""
+    n = len(submatrices)
+    flat = np.fromiter(chain.from_iterable(map(_SUBMATRIX_FIELDS, submatrices)), dtype=np.int64,
+                       count=5 * n)
+    return flat.reshape(n, 5)
+
+
+def _memo_table(owner: Any, attr: str, items: list, make: Any) -> np.ndarray:
+    """``make(items)``, reusing the rows of items that are the same (immutable)
+    objects as at the last call (memo kept in ``owner.<attr>``)."""
+    memo = owner.__dict__.get(attr)
+    if memo is not None:
+        old_items, old_table = memo
+        if len(old_items) == len(items):
+            same = np.fromiter(map(is_, old_items, items), dtype=bool, count=len(items))
+            if same.all():
+                return old_table
+            table = old_table.copy()
+            changed = np.flatnonzero(~same)
+            table[changed] = make([items[i] for i in changed.tolist()])
+        else:
+            table = make(items)
+    else:
+        table = make(items)
+    table.flags.writeable = False
+    owner.__dict__[attr] = (list(items), table)
+    return table
+
+
+def command_table(commands: Sequence[Command]) -> np.ndarray:
+    """The commands as an int64 array [num_commands, 8]: type, arg1 .. arg7.
+
+    Passes that look at every command's arguments (analysis, renumbering)
+    work on this array instead of on thousands of Command objects.
+    """
+    n = len(commands)
+    flat = np.fromiter(chain.from_iterable(map(_COMMAND_INT_FIELDS, commands)), dtype=np.int64,
+                       count=8 * n)
+    return flat.reshape(n, 8)
 
 
 @dataclass(slots=True)
@@ -268,6 +354,22 @@ class NnetComputation:
     def add_indexes_ranges(self, pairs: Sequence[tuple[int, int]] | np.ndarray) -> int:
         self.indexes_ranges.append(np.ascontiguousarray(pairs, dtype=np.int32).reshape(-1, 2))
         return len(self.indexes_ranges) - 1
+
+    # -- tables for array work -------------------------------------------------
+    def command_table(self) -> np.ndarray:
+        """:func:`command_table` of the commands (read-only array).
+
+        Remembered between calls: the analysis runs a dozen times per
+        optimization, and rows of commands that are still the same objects
+        (commands are immutable) are reused.
+        """
+        table = _memo_table(self, "_command_table_memo", self.commands, command_table)
+        return table
+
+    def submatrix_table(self) -> np.ndarray:
+        """int64 [num_submatrices, 5]: matrix, row_offset, num_rows,
+        col_offset, num_cols (read-only; remembered like command_table)."""
+        return _memo_table(self, "_submatrix_table_memo", self.submatrices, submatrix_table)
 
     # -- summary -----------------------------------------------------------
     def matrix_elements_total(self) -> int:
@@ -419,104 +521,30 @@ class NnetComputation:
             out.append(self.command_string(i, component_names, node_names, sub))
         return "".join(out)
 
-    # -- serialisation (safe: JSON header + NumPy arrays, no pickle) ----------
+    # -- serialisation (safe: JSON header + int32 arrays, no pickle) ----------
     # 2: the index tables, debug cindexes and precomputed Indexes are each one
     # concatenated array split by lengths in the header (an .npz member per
     # list made loading a 2000-matrix LSTM computation take half a second).
+    # (The computation cache stores the same content in a plain container
+    # that loads without copies, "format 3"; see computation_io.py.)
     FORMAT_VERSION = 2
 
     def to_bytes(self) -> bytes:
-        # Array-backed lists (n_stride.IndexList / CindexList) are saved
-        # without building millions of Python tuples.
-        from .n_stride import cindex_array, index_array
+        """An ``.npz`` (zip) of a JSON header and int32 arrays."""
+        from .computation_io import computation_to_bytes
 
-        header = {
-            "format": "pynnet3-computation", "version": self.FORMAT_VERSION,
-            "need_model_derivative": self.need_model_derivative,
-            "matrices": [[m.num_rows, m.num_cols, int(m.stride_type)] for m in self.matrices],
-            "submatrices": [[s.matrix_index, s.row_offset, s.num_rows, s.col_offset, s.num_cols]
-                            for s in self.submatrices],
-            "commands": [[int(c.command_type), c.alpha, *c.args] for c in self.commands],
-            "debug": [[d.is_deriv, len(d.cindexes)] for d in self.matrix_debug_info],
-            "precomputed": [[len(p.input_indexes), len(p.output_indexes)]
-                            for p in self.component_precomputed_indexes],
-            "index_lengths": [[len(a) for a in lst] for lst in
-                              (self.indexes, self.indexes_multi, self.indexes_ranges)],
-        }
-        arrays: dict[str, np.ndarray] = {
-            "header": np.frombuffer(json.dumps(header).encode(), dtype=np.uint8),
-            "ix": _concat([np.asarray(a, np.int32).reshape(-1) for a in self.indexes], (0,)),
-            "im": _concat([np.asarray(a, np.int32).reshape(-1, 2) for a in self.indexes_multi],
-                          (0, 2)),
-            "ir": _concat([np.asarray(a, np.int32).reshape(-1, 2) for a in self.indexes_ranges],
-                          (0, 2)),
-            "dbg": _concat([cindex_array(d.cindexes) for d in self.matrix_debug_info
-                            if d.cindexes], (0, 4)),
-            "pin": _concat([index_array(p.input_indexes) for p in self.component_precomputed_indexes
-                            if p.input_indexes], (0, 3)),
-            "pout": _concat([index_array(p.output_indexes)
-                             for p in self.component_precomputed_indexes if p.output_indexes],
-                            (0, 3)),
-        }
-        buf = io.BytesIO()
-        np.savez(buf, **arrays)
-        return buf.getvalue()
+        return computation_to_bytes(self, "npz")
 
     @classmethod
-    def from_bytes(cls, data: bytes, where: str = "<computation>") -> "NnetComputation":
-        """Inverse of :meth:`to_bytes`.  Precomputed-index objects are not
-        restored (``data`` stays None): callers recompute them from the stored
-        input/output indexes with the network's components."""
-        # Cindexes and Indexes come back as array-backed lists: their Python
-        # tuples are only built if somebody reads them.
-        from .n_stride import CindexList, IndexList
+    def from_bytes(cls, data: bytes | memoryview,
+                   where: str = "<computation>") -> "NnetComputation":
+        """Inverse of :meth:`to_bytes` (also reads format 2).  Precomputed-
+        index objects are not restored (``data`` stays None): callers
+        recompute them from the stored input/output indexes with the
+        network's components.  Large arrays are read-only views of ``data``."""
+        from .computation_io import computation_from_bytes
 
-        try:
-            with np.load(io.BytesIO(data), allow_pickle=False) as z:
-                header = json.loads(bytes(z["header"]).decode())
-                if header.get("format") != "pynnet3-computation" or header.get("version") != cls.FORMAT_VERSION:
-                    raise FormatError("not a pynnet3 computation of this format version", where)
-                comp = cls(matrices=[MatrixInfo(r, c, StrideType(s)) for r, c, s in header["matrices"]],
-                           submatrices=[SubMatrixInfo(*s) for s in header["submatrices"]],
-                           commands=[Command(CommandType(c[0]), float(c[1]), *c[2:]) for c in header["commands"]],
-                           need_model_derivative=bool(header["need_model_derivative"]))
-                n_ix, n_im, n_ir = header["index_lengths"]
-                # Index tables are small: give each its own memory.
-                comp.indexes = [a.copy() for a in _split(z["ix"], n_ix, 1)]
-                comp.indexes_multi = [a.copy() for a in _split(z["im"], n_im, 2)]
-                comp.indexes_ranges = [a.copy() for a in _split(z["ir"], n_ir, 2)]
-                debug = header["debug"]
-                parts = iter(_split(z["dbg"], [n for _, n in debug if n], 4))
-                comp.matrix_debug_info = [
-                    MatrixDebugInfo(bool(is_deriv), CindexList(next(parts)) if n else [])
-                    for is_deriv, n in debug]
-                pre = header["precomputed"]
-                pins = iter(_split(z["pin"], [a for a, _ in pre if a], 3))
-                pouts = iter(_split(z["pout"], [b for _, b in pre if b], 3))
-                comp.component_precomputed_indexes = [
-                    PrecomputedIndexesInfo(None, IndexList(next(pins)) if a else [],
-                                           IndexList(next(pouts)) if b else [])
-                    for a, b in pre]
-                return comp
-        except FormatError:
-            raise
-        except Exception as e:  # any damage in the container or header
-            raise FormatError(f"corrupt computation file ({type(e).__name__}: {e})", where) from None
-
-
-def _concat(arrays: list[np.ndarray], empty_shape: tuple[int, ...]) -> np.ndarray:
-    if not arrays:
-        return np.zeros(empty_shape, dtype=np.int32)
-    return np.concatenate(arrays).astype(np.int32, copy=False)
-
-
-def _split(array: np.ndarray, lengths: list[int], width: int) -> list[np.ndarray]:
-    """``array`` (int32) cut into consecutive pieces of ``lengths`` rows."""
-    array = np.asarray(array, dtype=np.int32)
-    array = array.reshape(-1) if width == 1 else array.reshape(-1, width)
-    if sum(lengths) != array.shape[0]:
-        raise ValueError(f"lengths add up to {sum(lengths)}, array has {array.shape[0]} rows")
-    return np.split(array, np.cumsum(lengths)[:-1]) if lengths else []
+        return computation_from_bytes(cls, data, where)
 
 
 def fmt_alpha(alpha: float) -> str:

@@ -20,11 +20,14 @@ import contextlib
 import gc
 import itertools
 import operator
-from typing import Any, Callable, Iterator, Sequence, overload
+from typing import Iterator, Sequence
 
 import numpy as np
 
 from ..nnet.index import Index
+# The array-backed lists live beside the Index type (components use them
+# too); they are re-exported here, where the expander introduced them.
+from ..nnet.index_lists import CindexList, IndexList  # noqa: F401
 
 _TUPLE_NEW = tuple.__new__
 _FIRST = operator.itemgetter(0)
@@ -86,6 +89,8 @@ def find_n_stride(arr: np.ndarray, n_col: int, full_check: bool = True) -> int:
     size = arr.shape[0]
     if size == 0:
         raise ValueError("find_n_stride: empty vector of indexes")
+    if size <= _SMALL_ROWS:
+        return _find_n_stride_small(arr.tolist(), n_col)
     n = arr[:, n_col]
     num_n = int(n[-1]) + 1
     if num_n <= 1:
@@ -108,6 +113,47 @@ def find_n_stride(arr: np.ndarray, n_col: int, full_check: bool = True) -> int:
             return 0
         n_stride = int(ok[0])
     return n_stride if _stride_is_consistent(others, n, num_n, n_stride) else 0
+
+
+# Up to this many rows find_n_stride works on Python lists: the mini
+# computation of a recurrent network has hundreds of matrices of a few rows,
+# where the array version's NumPy calls cost more than the work.
+_SMALL_ROWS = 24
+
+
+def _find_n_stride_small(rows: list[list[int]], n_col: int) -> int:
+    """find_n_stride on a short list of rows (same algorithm, same answer)."""
+    size = len(rows)
+    n = [r[n_col] for r in rows]
+    num_n = n[-1] + 1
+    if num_n <= 1 or n[0] != 0 or size % num_n != 0:
+        return 0
+    others = [tuple(r[:n_col] + r[n_col + 1:]) for r in rows]
+    first = others[0]
+    per_n = size // num_n
+
+    def cand(i: int) -> bool:
+        return others[i] == first and n[i] == 1
+
+    if cand(1):
+        s = 1
+    elif cand(per_n):
+        s = per_n
+    else:
+        s = next((k for k in range(2, per_n) if size % k == 0 and cand(k)), 0)
+        if s == 0:
+            return 0
+    for i in range(size):
+        if n[i] < num_n - 1 and not (i + s < size and others[i + s] == others[i]
+                                     and n[i + s] == n[i] + 1):
+            return 0
+        if n[i] != 0 and not (i - s >= 0 and others[i - s] == others[i]
+                              and n[i - s] == n[i] - 1):
+            return 0
+    block = s * num_n
+    if any(n[i] == 0 and i // block != (i + s * (num_n - 1)) // block for i in range(size)):
+        return 0
+    return s
 
 
 def _stride_is_consistent(others: np.ndarray, n: np.ndarray, num_n: int, s: int) -> bool:
@@ -177,94 +223,3 @@ def _place_copies(base: np.ndarray, n_col: int, start: np.ndarray, n_stride: int
     return out
 
 
-class _ArrayBackedList(Sequence):
-    """A read-only list held as an int32 array; Python objects are made on demand.
-
-    Expanded computations have millions of cindexes that nothing may ever
-    look at (the executor does not); building the tuples only when somebody
-    reads them keeps shortcut expansion fast.
-    """
-
-    __slots__ = ("_array", "_factory", "_len", "_items")
-
-    def __init__(self, array: np.ndarray | None = None, *,
-                 factory: Callable[[], np.ndarray] | None = None, length: int = -1) -> None:
-        """Either ``array``, or ``factory`` (called once, on first use) and ``length``."""
-        if (array is None) == (factory is None):
-            raise ValueError("give either an array or a factory")
-        self._array = array
-        self._factory = factory
-        self._len = int(array.shape[0]) if array is not None else length
-        self._items: list | None = None
-
-    @property
-    def array(self) -> np.ndarray:
-        if self._array is None:
-            assert self._factory is not None
-            self._array = self._factory()
-            self._factory = None
-            if self._array.shape[0] != self._len:
-                raise ValueError("lazy list: the factory made the wrong number of rows")
-        return self._array
-
-    def _make_items(self) -> list:
-        raise NotImplementedError
-
-    def items(self) -> list:
-        if self._items is None:
-            self._items = self._make_items()
-        return self._items
-
-    def __len__(self) -> int:
-        return self._len
-
-    @overload
-    def __getitem__(self, i: int) -> Any: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> list: ...
-
-    def __getitem__(self, i):
-        return self.items()[i]
-
-    def __iter__(self) -> Iterator:
-        return iter(self.items())
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, _ArrayBackedList):
-            return self.array.shape == other.array.shape and bool(np.all(self.array == other.array))
-        if isinstance(other, (list, tuple)):
-            return self.items() == list(other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(len={len(self)})"
-
-
-def _indexes_from_columns(n: list[int], t: list[int], x: list[int]) -> list[Index]:
-    """Index objects from three columns, made at C speed (tuple.__new__ over
-    zip skips the Python-level NamedTuple constructor; ~3x faster)."""
-    with gc_paused():
-        return list(map(_TUPLE_NEW, itertools.repeat(Index), zip(n, t, x)))
-
-
-class IndexList(_ArrayBackedList):
-    """A list of :class:`Index` backed by an (len, 3) array n, t, x."""
-
-    __slots__ = ()
-
-    def _make_items(self) -> list:
-        return _indexes_from_columns(*self.array.T.tolist())
-
-
-class CindexList(_ArrayBackedList):
-    """A list of (node, Index) backed by an (len, 4) array node, n, t, x."""
-
-    __slots__ = ()
-
-    def _make_items(self) -> list:
-        cols = self.array.T.tolist()
-        with gc_paused():
-            return list(zip(cols[0], _indexes_from_columns(*cols[1:])))

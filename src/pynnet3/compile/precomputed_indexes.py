@@ -46,5 +46,7 @@ def compute_precomputed_indexes(computation: NnetComputation, nnet: "Nnet",
         if only_missing and info.data is not None:
             continue
         component = nnet.get_component(component_index)
-        info.data = component.precompute_indexes(misc_info, list(info.input_indexes),
-                                                 list(info.output_indexes), need_backprop[k])
+        # (Array-backed index lists are passed as they are: components that
+        # work on arrays never make their Index objects.)
+        info.data = component.precompute_indexes(misc_info, info.input_indexes,
+                                                 info.output_indexes, need_backprop[k])

@@ -263,7 +263,7 @@ class ComputationExpander:
                 # Backprop names the same one.)
                 if component_index[c.arg2] < 0:
                     component_index[c.arg2] = c.arg1
-        widened: dict[bytes, list[Index]] = {}
+        widened: dict[bytes, IndexList] = {}
         out = [PrecomputedIndexesInfo()]
         for p in range(1, num_p):
             old = comp.component_precomputed_indexes[p]
@@ -282,19 +282,23 @@ class ComputationExpander:
             out.append(PrecomputedIndexesInfo(data, inputs, outputs))
         self.expanded.component_precomputed_indexes = out
 
-    def _expand_indexes(self, indexes: list[Index], cache: dict[bytes, list[Index]]
-                        ) -> list[Index]:
-        """Kaldi's ExpandIndexes; identical index lists are widened once."""
+    def _expand_indexes(self, indexes: list[Index], cache: dict[bytes, IndexList]
+                        ) -> IndexList:
+        """Kaldi's ExpandIndexes; identical index lists are widened once.
+
+        The result is an array-backed (read-only) list, shared between the
+        entries that widen the same indexes: components that work on arrays
+        never make its Index objects, the others make them once, on demand.
+        """
         arr = index_array(indexes)
         key = arr.tobytes()
         hit = cache.get(key)
         if hit is not None:
-            return list(hit)  # a list per entry: no aliasing between entries
+            return hit
         n_stride = find_n_stride(arr, INDEX_N_COL, full_check=False)
         if n_stride == 0:
             raise ShortcutError("precomputed indexes lack the regular n structure")
-        ans = IndexList(convert_num_n_values(n_stride, 2, self.num_n_values, arr,
-                                             INDEX_N_COL)).items()
+        ans = IndexList(convert_num_n_values(n_stride, 2, self.num_n_values, arr, INDEX_N_COL))
         cache[key] = ans
         return ans
 

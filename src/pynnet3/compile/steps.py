@@ -18,20 +18,21 @@ A port of the second half of Kaldi's nnet-computation-graph.cc
   dim-range sub-phase gets one step per step of its source node, mirroring it
   row for row.
 
-Everything index-heavy is done on NumPy columns: a cindex is encoded as one
-int64 key whose numeric order is Kaldi's Cindex order, so sorting a phase is
-an ``argsort`` and finding the cindex_ids of (node - 1, same Indexes) is a
-``searchsorted``.  Per-element Python remains only where a component's own
-hook (``reorder_indexes``) takes lists of Indexes, and for the few cindexes
-the steps add to the graph (padding with ``t = kNoTime`` and dim-range rows).
+Everything index-heavy is done on NumPy columns of the graph
+(``graph.arrays()``; the graph's Python lists are never made): a cindex is
+encoded as one int64 key whose numeric order is Kaldi's Cindex order, so
+sorting a phase is an ``argsort`` and finding the cindex_ids of (node - 1,
+same Indexes) is a lookup.  Components' ``reorder_indexes`` get array-backed
+index lists (those that work on arrays make no Index objects).  Per-element
+Python remains only for the few cindexes the steps add to the graph
+(padding with ``t = kNoTime`` and dim-range rows), which are handed to the
+graph at the end.
 """
 from __future__ import annotations
 
 import gc
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from itertools import chain
-from operator import itemgetter
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
@@ -40,45 +41,37 @@ from ..std_order import iteration_order
 from ..errors import PynnetError
 from ..nnet.components.base import Prop
 from ..nnet.graph import compute_nnet_computation_epochs
-from ..nnet.index import K_NO_TIME, Index
+from ..nnet.index import K_NO_TIME, Index, index_columns
 from ..nnet.nnet import NodeType
-from .graph_types import ComputationGraph
+from ..nnet.properties_cache import component_properties
+from .graph_types import ComputationGraph, GraphArrays
+from .n_stride import IndexList
 from .request import ComputationRequest
 
 if TYPE_CHECKING:
     from ..nnet.nnet import Nnet
 
 _INT64 = np.int64
+# Component property bits as plain ints (IntFlag operators are slow).
+_P_SIMPLE = int(Prop.SIMPLE)
+_P_REORDERS_INDEXES = int(Prop.REORDERS_INDEXES)
 
 
 # -- vectorised views of the graph ---------------------------------------------------
 
-def _node_column(graph: ComputationGraph, start: int = 0) -> np.ndarray:
-    cindexes = graph.cindexes
-    num = len(cindexes) - start
-    return np.fromiter(map(itemgetter(0), cindexes[start:] if start else cindexes),
-                       _INT64, num)
+def _graph_ntx(arrays: GraphArrays) -> np.ndarray:
+    """(num, 3) int64 columns n, t, x of every cindex of the graph."""
+    return np.stack([arrays.n, arrays.t, arrays.x], axis=1).astype(_INT64)
 
 
-def _index_columns(cindexes: Sequence) -> np.ndarray:
-    """(num, 3) int64 array of the (n, t, x) of ``(node, Index)`` pairs."""
-    num = len(cindexes)
-    flat = np.fromiter(chain.from_iterable(map(itemgetter(1), cindexes)), _INT64, 3 * num)
-    return flat.reshape(num, 3)
-
-
-def _indexes_to_columns(indexes: Sequence) -> np.ndarray:
-    """(num, 3) int64 array of a list of Indexes (or (n, t, x) tuples)."""
-    num = len(indexes)
-    return np.fromiter(chain.from_iterable(indexes), _INT64, 3 * num).reshape(num, 3)
-
-
-def _flat_dependencies(graph: ComputationGraph, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _dependencies_of(arrays: GraphArrays, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(dependent, dependency) edge arrays for the cindex_ids ``ids``."""
-    deps = graph.dependencies
-    lists = [deps[c] for c in ids.tolist()]
-    lens = np.fromiter(map(len, lists), _INT64, len(lists))
-    flat = np.fromiter(chain.from_iterable(lists), _INT64, int(lens.sum()))
+    ids = np.asarray(ids, dtype=_INT64)
+    starts = arrays.dep_offsets[ids]
+    lens = arrays.dep_offsets[ids + 1] - starts
+    total = int(lens.sum())
+    first = np.repeat(starts - (np.cumsum(lens) - lens), lens)
+    flat = arrays.dep_flat[first + np.arange(total, dtype=_INT64)].astype(_INT64)
     return np.repeat(ids, lens), flat
 
 
@@ -138,10 +131,10 @@ class _CindexTable:
     looked up in the graph's own dictionary instead.
     """
 
-    def __init__(self, graph: ComputationGraph, num_nodes: int) -> None:
-        self.num = len(graph.cindexes)
-        self.node = _node_column(graph)
-        self.ntx = ntx = _index_columns(graph.cindexes)
+    def __init__(self, arrays: GraphArrays, num_nodes: int) -> None:
+        self.num = len(arrays.node)
+        self.node = arrays.node.astype(_INT64)
+        self.ntx = ntx = _graph_ntx(arrays)
         n, t, x = ntx[:, 0], ntx[:, 1], ntx[:, 2]
         for allow_offset in (True, False):
             self.cols = (_Column(t, allow_offset), _Column(x, allow_offset),
@@ -278,7 +271,14 @@ def compute_computation_phases(nnet: "Nnet", graph: ComputationGraph) -> list[li
     Within each segment the phases follow the epochs; each phase is sorted
     by cindex_id.  Every cindex_id of the graph is in exactly one phase.
     """
-    num = len(graph.cindexes)
+    return [[p.tolist() for p in phases]
+            for phases in compute_computation_phase_arrays(nnet, graph)]
+
+
+def compute_computation_phase_arrays(nnet: "Nnet", graph: ComputationGraph
+                                     ) -> list[list[np.ndarray]]:
+    """:func:`compute_computation_phases` with each phase an int64 array."""
+    num = len(graph)
     if not graph.segment_ends or graph.segment_ends[-1] != num:
         raise PynnetError("compute_computation_phases: the graph must be pruned "
                           "(segment_ends must cover every cindex)")
@@ -290,8 +290,9 @@ def compute_computation_phases(nnet: "Nnet", graph: ComputationGraph) -> list[li
     seg_sizes = np.diff(np.concatenate([[0], ends]))
     if (seg_sizes < 0).any():
         raise PynnetError("segment_ends are not increasing")
-    node = _node_column(graph)
-    is_input = np.fromiter(graph.is_input, bool, num)
+    arrays = graph.arrays()
+    node = arrays.node.astype(_INT64)
+    is_input = arrays.is_input
     epoch = np.where(is_input, 0, node_to_epoch[node] if num else node)
     seg_epoch = epoch + np.repeat(np.arange(num_segments, dtype=_INT64), seg_sizes) * num_epochs
     # Group the cindex_ids by (segment, epoch), keeping increasing ids in each
@@ -305,7 +306,7 @@ def compute_computation_phases(nnet: "Nnet", graph: ComputationGraph) -> list[li
     edges: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
     if not group_trivial.all() and num:
         recurrent = np.flatnonzero(~group_trivial[seg_epoch])
-        dependent, dependency = _flat_dependencies(graph, recurrent)
+        dependent, dependency = _dependencies_of(arrays, recurrent)
         keep = seg_epoch[dependency] == seg_epoch[dependent]
         dependent, dependency = dependent[keep], dependency[keep]
         edge_order = np.argsort(seg_epoch[dependent], kind="stable")
@@ -314,7 +315,7 @@ def compute_computation_phases(nnet: "Nnet", graph: ComputationGraph) -> list[li
                                       np.arange(num_groups + 1))
         edges = (dependent, dependency, edge_bounds)
     pos = np.zeros(num, dtype=_INT64)
-    ans: list[list[list[int]]] = []
+    ans: list[list[np.ndarray]] = []
     for segment in range(num_segments):
         phases: list[np.ndarray] = []
         for e in range(num_epochs):
@@ -328,7 +329,7 @@ def compute_computation_phases(nnet: "Nnet", graph: ComputationGraph) -> list[li
                 assert edges is not None
                 b0, b1 = edges[2][g], edges[2][g + 1]
                 _phases_for_epoch(ids, edges[0][b0:b1], edges[1][b0:b1], pos, phases)
-        ans.append([p.tolist() for p in phases])
+        ans.append(phases)
     if sum(len(p) for s in ans for p in s) != num:
         raise PynnetError("compute_computation_phases: not every cindex got a phase (bug?)")
     return ans
@@ -349,16 +350,21 @@ def unordered_set_iteration_order(values: Sequence[int]) -> list[int]:
 class ComputationSteps:
     """What the steps computer produces for the compiler.
 
-    ``steps[s]``: the cindex_ids of step ``s`` (one matrix row each);
+    ``step_ids[s]``: the cindex_ids of step ``s`` (one matrix row each), an
+    int64 array; ``steps``: the same as lists;
     ``step_to_segment[s]``: the segment (request) the step belongs to;
     ``location_step[c]`` / ``location_row[c]``: where cindex_id ``c`` is
     (Kaldi's cindex_id_to_location; -1 if nowhere).
     """
 
-    steps: list[list[int]] = field(default_factory=list)
+    step_ids: list[np.ndarray] = field(default_factory=list)
     step_to_segment: list[int] = field(default_factory=list)
     location_step: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=_INT64))
     location_row: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=_INT64))
+
+    @property
+    def steps(self) -> list[list[int]]:
+        return [s.tolist() for s in self.step_ids]
 
     def cindex_id_to_location(self) -> list[tuple[int, int]]:
         return list(zip(self.location_step.tolist(), self.location_row.tolist()))
@@ -377,10 +383,16 @@ class ComputationStepsComputer:
         self.nnet = nnet
         self.graph = graph
         num_nodes = nnet.num_nodes()
-        self._table = _CindexTable(graph, num_nodes)
+        # The graph as columns; cindexes the steps add (padding rows,
+        # dim-range rows) are kept here and given to the graph at the end.
+        self._arrays = graph.arrays()
+        self._table = _CindexTable(self._arrays, num_nodes)
+        num = self._table.num
+        self._num_total = num
+        self._added: dict[tuple[int, int, int, int], int] = {}
+        self._added_rows: list[tuple[int, int, int, int]] = []
         self.steps: list[np.ndarray] = []
         self.step_to_segment: list[int] = []
-        num = len(graph.cindexes)
         capacity = num + num // 10 + 16
         self._loc_step = np.full(capacity, -1, dtype=_INT64)
         self._loc_row = np.full(capacity, -1, dtype=_INT64)
@@ -391,7 +403,7 @@ class ComputationStepsComputer:
 
     # -- bookkeeping -----------------------------------------------------------------
     def _grow_locations(self) -> None:
-        num = len(self.graph.cindexes)
+        num = self._num_total
         if num > len(self._loc_step):
             extra = num - len(self._loc_step) + num // 10 + 16
             self._loc_step = np.concatenate([self._loc_step, np.full(extra, -1, dtype=_INT64)])
@@ -419,30 +431,65 @@ class ComputationStepsComputer:
         ids = self._table.lookup(node, ntx)
         missing = np.flatnonzero(ids < 0)
         if missing.size:
-            graph = self.graph
             nodes_l = node[missing].tolist()
             rows = ntx[missing].tolist()
             for i, nd, (n, t, x) in zip(missing.tolist(), nodes_l, rows):
-                cindex = (nd, Index(n, t, x))
-                if add_if_absent:
-                    cid, _ = graph.add_cindex(cindex, False)
-                else:
-                    cid = graph.get_cindex_id(cindex)
-                    if cid < 0:
+                key = (nd, n, t, x)
+                cid = self._added.get(key)
+                if cid is None:
+                    if not add_if_absent:
                         raise PynnetError(
                             f"computation steps: cindex {self.nnet.node_names[nd]}"
                             f"{Index(n, t, x)} is not in the computation graph")
+                    cid = self._added[key] = self._num_total
+                    self._num_total += 1
+                    self._added_rows.append(key)
                 ids[i] = cid
             self._grow_locations()
         return ids
 
+    def _added_columns(self, ids: np.ndarray) -> np.ndarray:
+        """(node, n, t, x) rows of cindex_ids added by the steps computer."""
+        rows = np.asarray(self._added_rows, dtype=_INT64).reshape(-1, 4)
+        return rows[ids - self._table.num]
+
     def _columns_of(self, ids: np.ndarray) -> np.ndarray:
-        """(n, t, x) columns of cindex_ids (original ones from the table)."""
+        """(n, t, x) columns of cindex_ids."""
         table = self._table
         if ids.size == 0 or int(ids.max()) < table.num:
             return table.ntx[ids]
-        cindexes = self.graph.cindexes
-        return _index_columns([cindexes[c] for c in ids.tolist()])
+        out = np.empty((len(ids), 3), dtype=_INT64)
+        old = ids < table.num
+        out[old] = table.ntx[ids[old]]
+        out[~old] = self._added_columns(ids[~old])[:, 1:]
+        return out
+
+    def _commit_added_cindexes(self) -> None:
+        """Give the graph the cindexes the steps added (no dependencies, not
+        inputs), with the ids they were given here."""
+        graph = self.graph
+        first = len(graph)
+        rows = self._added_rows[first - self._table.num:]
+        if not rows:
+            return
+        if graph.has_lists():
+            for k, (nd, n, t, x) in enumerate(rows):
+                cid, is_new = graph.add_cindex((nd, Index(n, t, x)), False)
+                if not is_new or cid != first + k:
+                    raise PynnetError("computation steps: a padding cindex is already in the graph")
+            return
+        a = self._arrays
+        new = np.asarray(rows, dtype=_INT64).reshape(-1, 4)
+        graph.set_arrays(GraphArrays(
+            np.concatenate([a.node, new[:, 0].astype(a.node.dtype)]),
+            np.concatenate([a.n, new[:, 1].astype(a.n.dtype)]),
+            np.concatenate([a.t, new[:, 2].astype(a.t.dtype)]),
+            np.concatenate([a.x, new[:, 3].astype(a.x.dtype)]),
+            np.concatenate([a.is_input, np.zeros(len(new), dtype=bool)]),
+            np.concatenate([a.dep_offsets, np.full(len(new), a.dep_offsets[-1],
+                                                   dtype=a.dep_offsets.dtype)]),
+            a.dep_flat))
+        self._arrays = graph.arrays()
 
     def _sorted(self, ids: np.ndarray) -> np.ndarray:
         """ids in Kaldi's Cindex order (node, t, x, n); all must be original."""
@@ -459,7 +506,7 @@ class ComputationStepsComputer:
                                                         - len(self.step_to_segment)))
         self._segment += 1
 
-    def _split_into_sub_phases(self, phase: Sequence[int]) -> list[np.ndarray]:
+    def _split_into_sub_phases(self, phase: Sequence[int] | np.ndarray) -> list[np.ndarray]:
         ids = np.asarray(phase, dtype=_INT64)
         if ids.size == 0:
             raise PynnetError("computation steps: empty phase")
@@ -467,8 +514,11 @@ class ComputationStepsComputer:
             raise PynnetError("computation steps: phase has an invalid cindex_id")
         ids = self._sorted(ids)
         nodes = self._table.node[ids]
-        cuts = np.flatnonzero(nodes[1:] != nodes[:-1]) + 1
-        return np.split(ids, cuts)
+        cuts = (np.flatnonzero(nodes[1:] != nodes[:-1]) + 1).tolist()
+        if not cuts:
+            return [ids]
+        bounds = [0] + cuts + [len(ids)]
+        return [ids[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 
     def _process_sub_phase(self, request: ComputationRequest, sub_phase: np.ndarray) -> None:
         node = int(self._table.node[sub_phase[0]])
@@ -500,9 +550,8 @@ class ComputationStepsComputer:
         if io_index < 0:
             raise PynnetError(f"computation steps: node {name} is not an "
                               f"{'output' if is_output else 'input'} of the request")
-        indexes = ios[io_index].indexes
-        ntx = _indexes_to_columns(indexes)
-        ids = self._ids_of(np.full(len(indexes), io_node, dtype=_INT64), ntx, False)
+        ntx = index_columns(ios[io_index].indexes)
+        ids = self._ids_of(np.full(len(ntx), io_node, dtype=_INT64), ntx, False)
         if len(ids) != len(sub_phase):
             raise PynnetError(f"computation steps: the {name} step has {len(ids)} rows in the "
                               f"request but {len(sub_phase)} in the graph")
@@ -517,8 +566,8 @@ class ComputationStepsComputer:
         node = int(table.node[step[0]])
         input_node = node - 1
         component = self.nnet.component_for_node(node)
-        props = component.properties()
-        if props & Prop.SIMPLE:
+        props = component_properties(component)
+        if props & _P_SIMPLE:
             # Same Indexes as the output; look the input's cindex_ids up directly.
             input_ids = table.lookup_keys(table.key[step] - table.node_stride)
             if (input_ids < 0).any():
@@ -528,30 +577,27 @@ class ComputationStepsComputer:
             self._add_step(input_ids)
             self._add_step(step)
             return
-        deps = self.graph.dependencies
-        flat = np.fromiter(chain.from_iterable(map(deps.__getitem__, step.tolist())), _INT64)
+        _, flat = _dependencies_of(self._arrays, step)
         input_ids = self._sorted(np.unique(flat))
-        if not props & Prop.REORDERS_INDEXES:
+        if not props & _P_REORDERS_INDEXES:
             self._add_step(input_ids)
             self._add_step(step)
             return
-        cindexes = self.graph.cindexes
-        input_indexes = list(map(itemgetter(1), map(cindexes.__getitem__, input_ids.tolist())))
-        indexes = list(map(itemgetter(1), map(cindexes.__getitem__, step.tolist())))
-        new_input, new_indexes = component.reorder_indexes(input_indexes, indexes)
-        new_input, new_indexes = list(new_input), list(new_indexes)
-        if new_input == input_indexes and new_indexes == indexes:
+        # The component sees array-backed lists: those that work on arrays
+        # never make Index objects.
+        old_in, old_out = table.ntx[input_ids], table.ntx[step]
+        new_input, new_indexes = component.reorder_indexes(
+            IndexList(old_in.astype(np.int32)), IndexList(old_out.astype(np.int32)))
+        in_ntx, out_ntx = index_columns(new_input), index_columns(new_indexes)
+        if np.array_equal(in_ntx, old_in) and np.array_equal(out_ntx, old_out):
             self._add_step(input_ids)
             self._add_step(step)
             return
-        added_padding = (len(input_indexes) + len(indexes)
-                         != len(new_input) + len(new_indexes))
-        in_ntx = _indexes_to_columns(new_input)
-        out_ntx = _indexes_to_columns(new_indexes)
-        new_input_ids = self._ids_of(np.full(len(new_input), input_node, dtype=_INT64),
+        added_padding = len(old_in) + len(old_out) != len(in_ntx) + len(out_ntx)
+        new_input_ids = self._ids_of(np.full(len(in_ntx), input_node, dtype=_INT64),
                                      in_ntx, added_padding)
         self._add_step(new_input_ids, may_repeat=added_padding)
-        new_ids = self._ids_of(np.full(len(new_indexes), node, dtype=_INT64),
+        new_ids = self._ids_of(np.full(len(out_ntx), node, dtype=_INT64),
                                out_ntx, added_padding)
         self._add_step(new_ids, may_repeat=added_padding)
 
@@ -585,7 +631,8 @@ class ComputationStepsComputer:
     # -- results -----------------------------------------------------------------------
     def check(self) -> None:
         """Kaldi's Check(): every cindex is at its recorded location, or is padding."""
-        num = len(self.graph.cindexes)
+        self._commit_added_cindexes()
+        num = self._num_total
         loc_step = self._loc_step[:num]
         loc_row = self._loc_row[:num]
         sizes = np.fromiter(map(len, self.steps), _INT64, len(self.steps))
@@ -597,17 +644,22 @@ class ComputationStepsComputer:
         safe_row = loc_row[where] < sizes[loc_step[where]]
         where = where[safe_row]
         valid[where] = flat[offsets[loc_step[where]] + loc_row[where]] == where
-        for c in np.flatnonzero(~valid).tolist():
-            if self.graph.cindexes[c][1][1] != K_NO_TIME:
-                node, index = self.graph.cindexes[c]
-                raise PynnetError(f"error in computing computation steps: cindex "
-                                  f"{self.nnet.node_names[node]}{Index(*index)} is not "
-                                  "where it was recorded (code error)")
+        bad = np.flatnonzero(~valid)
+        if bad.size:
+            nodes = np.concatenate([self._table.node, self._added_columns(
+                np.arange(self._table.num, num, dtype=_INT64))[:, 0]])
+            cols = self._columns_of(bad)
+            for c, (n, t, x) in zip(bad.tolist(), cols.tolist()):
+                if t != K_NO_TIME:
+                    raise PynnetError(f"error in computing computation steps: cindex "
+                                      f"{self.nnet.node_names[int(nodes[c])]}{Index(n, t, x)} is "
+                                      "not where it was recorded (code error)")
 
     def result(self) -> ComputationSteps:
-        num = len(self.graph.cindexes)
+        self._commit_added_cindexes()
+        num = self._num_total
         return ComputationSteps(
-            steps=[s.tolist() for s in self.steps],
+            step_ids=list(self.steps),
             step_to_segment=list(self.step_to_segment),
             location_step=self._loc_step[:num].copy(),
             location_row=self._loc_row[:num].copy())

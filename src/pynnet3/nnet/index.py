@@ -10,6 +10,7 @@ comparison per pair.  The compiler works on vectorised forms:
 """
 from __future__ import annotations
 
+from itertools import chain, repeat
 from typing import Iterable, NamedTuple, Sequence
 
 import numpy as np
@@ -113,3 +114,41 @@ class IndexArray:
     def sort_order(self) -> np.ndarray:
         """Permutation that sorts in Kaldi's order (t, then x, then n)."""
         return np.lexsort((self.n, self.x, self.t))
+
+
+_TUPLE_NEW = tuple.__new__
+
+
+def index_columns(indexes: Sequence) -> np.ndarray:
+    """A list of Indexes as an int64 array [len, 3] (columns n, t, x).
+
+    Array-backed lists (those with an ``array`` attribute, e.g. the
+    compiler's IndexList) give theirs without looking at the elements.
+    """
+    array = getattr(indexes, "array", None)
+    if array is not None:
+        return np.asarray(array, dtype=np.int64).reshape(-1, 3)
+    num = len(indexes)
+    return np.fromiter(chain.from_iterable(indexes), np.int64, 3 * num).reshape(num, 3)
+
+
+def indexes_from_columns(columns: np.ndarray) -> list[Index]:
+    """Index objects from an int array [len, 3], made at C speed."""
+    n, t, x = np.asarray(columns).reshape(-1, 3).T.tolist()
+    return list(map(_TUPLE_NEW, repeat(Index), zip(n, t, x)))
+
+
+def first_appearance_numbers(keys: np.ndarray) -> tuple[int, np.ndarray]:
+    """Number the distinct rows of ``keys`` (int array [len, k]) 0, 1, ... in
+    order of first appearance: (how many, the number of each row).  What a
+    hash map filled in a loop gives, as array operations."""
+    keys = np.ascontiguousarray(keys)
+    if keys.ndim == 1:
+        keys = keys.reshape(-1, 1)
+    if len(keys) == 0:
+        return 0, np.zeros(0, dtype=np.int64)
+    rows = keys.view(np.dtype((np.void, keys.dtype.itemsize * keys.shape[1]))).ravel()
+    _, first, inverse = np.unique(rows, return_index=True, return_inverse=True)
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+    return len(first), rank[inverse.reshape(-1)]

@@ -30,6 +30,7 @@ from ..compile.computation import MatrixDebugInfo, NnetComputation
 from ..compile.request import ComputationRequest
 from ..errors import ComputationCheckError, PynnetError
 from ..log import vlog
+from ..nnet.properties_cache import component_properties_cached
 from .options import INT32_MAX, INT32_MIN, OptimizeOptions
 
 __all__ = ["OptimizeOptions", "optimize", "max_output_time_in_request", "OptimizationPass",
@@ -223,7 +224,15 @@ def optimize(options: OptimizeOptions | None, nnet: Any,
     instead.  ``after_each_pass(name, computation)`` runs after every pass
     that ran (and after the renumbering that follows the row-op passes).
     """
-    options = options if options is not None else OptimizeOptions()
+    with component_properties_cached():
+        return _optimize(options if options is not None else OptimizeOptions(), nnet,
+                         max_output_time, computation, after_each_pass)
+
+
+def _optimize(options: OptimizeOptions, nnet: Any,
+              max_output_time: int | ComputationRequest | None,
+              computation: NnetComputation,
+              after_each_pass: PassHook | None) -> NnetComputation:
     ctx = _Context(options, nnet, lambda: _max_time(max_output_time),
                    copy_computation(computation))
     done: list[str] = []

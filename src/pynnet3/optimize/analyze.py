@@ -16,24 +16,25 @@ ordered list of commands that touch it (:class:`Access`,
 :class:`ComputationAnalysis` answers the questions the optimization passes
 ask ("when is this submatrix first touched for real?").
 
-Index work is vectorised with NumPy: the only per-command Python loop turns
-each command into (submatrix, access) records; expanding those to variables,
-merging duplicates and regrouping by variable or by matrix are array ops, so
-a computation of thousands of commands is analysed in milliseconds.
+Index work is vectorised with NumPy: commands are turned into (command,
+submatrix, access) records per command type on the command table
+(analyze_records.py); expanding those to variables, merging duplicates and
+regrouping by variable or by matrix are array ops, and the per-command
+attribute lists are only made for the commands a pass asks about, so a
+computation of thousands of commands is analysed in about a millisecond.
 """
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from itertools import chain
-from operator import attrgetter
+from itertools import chain, repeat
+from operator import attrgetter, is_
 from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-from ..compile.computation import ARG_ROLES, CommandType, NnetComputation, Role, SubMatrixInfo
+from ..compile.computation import NnetComputation, SubMatrixInfo
 from ..errors import ComputationCheckError
-from ..nnet.components.base import Prop
 
 
 class AccessType(enum.IntEnum):
@@ -44,12 +45,8 @@ class AccessType(enum.IntEnum):
     READ_WRITE = 2
 
 
-# Component property bits as plain ints (IntFlag arithmetic is slow in loops).
-_P_BACKPROP_ADDS = int(Prop.BACKPROP_ADDS)
-_P_PROPAGATE_ADDS = int(Prop.PROPAGATE_ADDS)
-_P_UPDATABLE = int(Prop.UPDATABLE)
-
 _ACCESS_TYPES = (AccessType.READ, AccessType.WRITE, AccessType.READ_WRITE)
+_TUPLE_NEW = tuple.__new__
 
 # Internally an access is a two-bit flag so that merging several accesses of
 # one command to one variable is a bitwise OR; AccessType = flag - 1.
@@ -121,13 +118,33 @@ def command_error(computation: NnetComputation, nnet: Any, command_index: int,
 # ---------------------------------------------------------------------------
 
 def _submatrix_table(computation: NnetComputation) -> np.ndarray:
-    """int64 [num_submatrices, 5]: matrix, row_offset, num_rows, col_offset, num_cols."""
-    subs = computation.submatrices
-    fields = chain.from_iterable(map(_SUBMATRIX_FIELDS, subs))
-    return np.fromiter(fields, dtype=np.int64, count=5 * len(subs)).reshape(-1, 5)
+    """int64 [num_submatrices, 5]: matrix, row_offset, num_rows, col_offset,
+    num_cols (read-only)."""
+    return computation.submatrix_table()
 
 
-_SUBMATRIX_FIELDS = attrgetter("matrix_index", "row_offset", "num_rows", "col_offset", "num_cols")
+_MATRIX_SIZE = attrgetter("num_rows", "num_cols")
+
+
+class _SplitPoints(Sequence):
+    """Per matrix, its sorted split points (``points[first[m]:first[m+1]]``),
+    sliced on demand."""
+
+    __slots__ = ("_points", "_first")
+
+    def __init__(self, points: np.ndarray, first: np.ndarray) -> None:
+        self._points = points
+        self._first = first.tolist()
+
+    def __len__(self) -> int:
+        return len(self._first) - 1
+
+    def __getitem__(self, m):  # type: ignore[override]
+        if isinstance(m, slice):
+            return [self[i] for i in range(*m.indices(len(self)))]
+        if m < 0:
+            m += len(self)
+        return self._points[self._first[m]:self._first[m + 1]]
 
 
 def _split_points(matrix: np.ndarray, starts: np.ndarray, ends: np.ndarray,
@@ -157,8 +174,8 @@ class ComputationVariables:
     variables of each submatrix (see the module docstring)."""
 
     def __init__(self, computation: NnetComputation | None = None) -> None:
-        self.row_split_points: list[np.ndarray] = []
-        self.column_split_points: list[np.ndarray] = []
+        self.row_split_points: Sequence[np.ndarray] = []
+        self.column_split_points: Sequence[np.ndarray] = []
         # matrix_to_variable_index[m] is the first variable of matrix m; one
         # extra entry at the end equals num_variables.
         self.matrix_to_variable_index = np.zeros(1, dtype=np.int64)
@@ -181,8 +198,9 @@ class ComputationVariables:
         table = _submatrix_table(computation)
         if len(table) == 0 or tuple(table[0]) != (0, 0, 0, 0, 0):
             raise ComputationCheckError("submatrix 0 must be the empty submatrix")
-        sizes = np.array([(m.num_rows, m.num_cols) for m in computation.matrices],
-                         dtype=np.int64).reshape(-1, 2)
+        matrices = computation.matrices
+        sizes = np.fromiter(chain.from_iterable(map(_MATRIX_SIZE, matrices)), dtype=np.int64,
+                            count=2 * len(matrices)).reshape(-1, 2)
         if len(sizes) == 0:
             raise ComputationCheckError("matrix 0 (the empty matrix) is missing")
         num_matrices = len(sizes)
@@ -197,9 +215,8 @@ class ComputationVariables:
         col_keys, col_first, col_k = _split_points(mat, c0, c0 + nc, sizes[:, 1])
         row_pts = row_keys % row_k
         col_pts = col_keys % col_k
-        self.row_split_points = [row_pts[row_first[m]:row_first[m + 1]] for m in range(num_matrices)]
-        self.column_split_points = [col_pts[col_first[m]:col_first[m + 1]]
-                                    for m in range(num_matrices)]
+        self.row_split_points = _SplitPoints(row_pts, row_first)
+        self.column_split_points = _SplitPoints(col_pts, col_first)
         self._row_first, self._col_first = row_first, col_first
 
         num_row_vars = np.maximum(np.diff(row_first) - 1, 0)
@@ -321,52 +338,8 @@ class ComputationVariables:
 
 
 # ---------------------------------------------------------------------------
-# Command attributes
+# Command attributes (the record building lives in analyze_records.py)
 # ---------------------------------------------------------------------------
-
-_ROLE_FLAG = {Role.SUBMATRIX_READ: _R, Role.SUBMATRIX_MAYBE_READ: _R,
-              Role.SUBMATRIX_WRITE: _W, Role.SUBMATRIX_RW: _RW, Role.SUBMATRIX_MAYBE_RW: _RW}
-
-# Where Kaldi's analysis is finer than the shape ARG_ROLES gives (keys:
-# command type, 1-based argument).  Values: a fixed flag, None (no access:
-# alloc/swap leave contents undefined), or the name of a rule below.
-_ACCESS_OVERRIDES: dict[tuple[CommandType, int], int | str | None] = {
-    (CommandType.SWAP_MATRIX, 1): None,
-    (CommandType.SWAP_MATRIX, 2): None,
-    (CommandType.PROPAGATE, 4): "propagate-output",           # W, or RW if it adds
-    (CommandType.BACKPROP, 6): "backprop-in-deriv",           # W, or RW if it adds
-    (CommandType.BACKPROP_NO_MODEL_UPDATE, 6): "backprop-in-deriv",
-    (CommandType.COPY_ROWS, 1): "copy-rows-dest",             # W, or RW if any -1
-    (CommandType.COPY_ROWS_MULTI, 1): _W,                     # rows without source get zero
-    (CommandType.DECOMPRESS_MATRIX, 1): _W,
-}
-
-# Access to the submatrices listed in an indexes_multi table.
-_MULTI_FLAG = {CommandType.ADD_ROWS_MULTI: _R, CommandType.COPY_ROWS_MULTI: _R,
-               CommandType.ADD_TO_ROWS_MULTI: _RW, CommandType.COPY_TO_ROWS_MULTI: _RW}
-
-
-def _build_plans() -> dict[CommandType, list[tuple[int, int | str]]]:
-    """Per command type: (0-based argument, flag or rule) of each access."""
-    plans: dict[CommandType, list[tuple[int, int | str]]] = {}
-    for t, roles in ARG_ROLES.items():
-        plan: list[tuple[int, int | str]] = []
-        for i, role in enumerate(roles):
-            how: int | str | None
-            if (t, i + 1) in _ACCESS_OVERRIDES:
-                how = _ACCESS_OVERRIDES[(t, i + 1)]
-            elif role is Role.INDEXES_MULTI:
-                how = "multi"
-            else:
-                how = _ROLE_FLAG.get(role)
-            if how is not None:
-                plan.append((i, how))
-        plans[t] = plan
-    return plans
-
-
-_PLANS = _build_plans()
-
 
 def _merge_records(cmd: np.ndarray, item: np.ndarray, flag: np.ndarray,
                    num_items: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -383,136 +356,22 @@ def _merge_records(cmd: np.ndarray, item: np.ndarray, flag: np.ndarray,
     return key // max(num_items, 1), key % max(num_items, 1), merged
 
 
-def _per_command(cmd: np.ndarray, item: np.ndarray, num_commands: int) -> list[list[int]]:
-    """Split items (sorted by command) into one list per command."""
-    bounds = np.searchsorted(cmd, np.arange(num_commands + 1)).tolist()
-    items = item.tolist()
-    return [items[bounds[c]:bounds[c + 1]] for c in range(num_commands)]
-
-
-class _Records:
-    """(command, submatrix, flag) records of every submatrix access."""
-
-    def __init__(self) -> None:
-        self.cmd: list[int] = []
-        self.sub: list[int] = []
-        self.flag: list[int] = []
-
-    def add(self, c: int, s: int, f: int) -> None:
-        if s != 0:
-            self.cmd.append(c)
-            self.sub.append(s)
-            self.flag.append(f)
-
-
-def _submatrix_access_records(nnet: Any, computation: NnetComputation,
-                              side_effects: list[bool]) -> _Records:
-    """The per-command loop: each command's submatrix accesses, with Kaldi's
-    property- and index-dependent refinements."""
-    rec = _Records()
-    components = nnet.components if nnet is not None else []
-    props_cache: dict[int, int] = {}
-
-    def props(c: int, comp: int) -> int:
-        p = props_cache.get(comp)
-        if p is None:
-            if not 0 <= comp < len(components):
-                raise command_error(computation, nnet, c, f"component index {comp} out of range")
-            p = props_cache[comp] = int(components[comp].properties())
-        return p
-
-    minus_one: dict[int, bool] = {}
-    multi_subs: dict[int, list[int]] = {}
-    for c, command in enumerate(computation.commands):
-        t = command.command_type
-        args = command.args
-        for pos, how in _PLANS[t]:
-            s = args[pos]
-            if isinstance(how, int):
-                rec.add(c, s, how)
-            elif how == "propagate-output":
-                rec.add(c, s, _RW if props(c, args[0]) & _P_PROPAGATE_ADDS else _W)
-            elif how == "backprop-in-deriv":
-                rec.add(c, s, _RW if props(c, args[0]) & _P_BACKPROP_ADDS else _W)
-            elif how == "copy-rows-dest":
-                k = args[2]
-                if k not in minus_one:
-                    if not 0 <= k < len(computation.indexes):
-                        raise command_error(computation, nnet, c, f"indexes index {k} out of range")
-                    minus_one[k] = bool((computation.indexes[k] == -1).any())
-                rec.add(c, s, _RW if minus_one[k] else _W)
-            else:  # "multi": the submatrices named in an indexes_multi table
-                if s not in multi_subs:
-                    if not 0 <= s < len(computation.indexes_multi):
-                        raise command_error(computation, nnet, c,
-                                            f"indexes_multi index {s} out of range")
-                    u = np.unique(computation.indexes_multi[s][:, 0])
-                    multi_subs[s] = u[u != -1].tolist()
-                flag = _MULTI_FLAG[t]
-                for sub in multi_subs[s]:
-                    rec.add(c, sub, flag)
-        if t is CommandType.BACKPROP and props(c, args[0]) & _P_UPDATABLE:
-            side_effects[c] = True
-    return rec
-
-
-@dataclass(slots=True)
-class _AccessArrays:
-    """Merged accesses as arrays: (command, item, flag) sorted by command, item."""
-
-    cmd: np.ndarray
-    item: np.ndarray
-    flag: np.ndarray
-
-
 def compute_command_attributes(nnet: Any, computation: NnetComputation,
                                variables: ComputationVariables,
                                _arrays: dict[str, _AccessArrays] | None = None
-                               ) -> list[CommandAttributes]:
-    """Kaldi's ComputeCommandAttributes: one CommandAttributes per command.
+                               ) -> CommandAttributesList:
+    """Kaldi's ComputeCommandAttributes: one CommandAttributes per command
+    (a lazily built sequence; see :class:`CommandAttributesList`).
 
     ``nnet`` supplies component properties (Propagate may add to its output,
     Backprop may add to the input derivative, updatable Backprop has side
     effects).  ``_arrays``, if given, receives the merged access arrays the
     Analyzer reuses.
     """
-    num_commands = len(computation.commands)
-    side_effects = [False] * num_commands
-    rec = _submatrix_access_records(nnet, computation, side_effects)
-    cmd = np.array(rec.cmd, dtype=np.int64)
-    sub = np.array(rec.sub, dtype=np.int64)
-    flag = np.array(rec.flag, dtype=np.int64)
-    num_submatrices = len(computation.submatrices)
-    bad = (sub < 0) | (sub >= num_submatrices)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise command_error(computation, nnet, int(cmd[i]), f"submatrix index {sub[i]} out of range")
-
-    # Variables: expand every record to the variables of its submatrix.
-    v = variables
-    counts = v.variables_offsets[sub + 1] - v.variables_offsets[sub]
-    total = int(counts.sum())
-    first = np.repeat(v.variables_offsets[sub] - (np.cumsum(counts) - counts), counts)
-    var_items = v.variables_flat[first + np.arange(total, dtype=np.int64)]
-    var = _AccessArrays(*_merge_records(np.repeat(cmd, counts), var_items,
-                                        np.repeat(flag, counts), v.num_variables))
-    subm = _AccessArrays(*_merge_records(cmd, sub, flag, num_submatrices))
-    # Matrices: a write to only part of a matrix is also a read of it.
-    partial_write = (flag == _W) & ~v.submatrix_is_whole_matrix[sub]
-    mflag = np.where(partial_write, _RW, flag)
-    mat = _AccessArrays(*_merge_records(cmd, v.submatrix_to_matrix[sub], mflag,
-                                        len(computation.matrices)))
+    var, subm, mat, side_effects = _command_access_arrays(nnet, computation, variables)
     if _arrays is not None:
         _arrays.update(variables=var, matrices=mat)
-
-    lists = []
-    for arrays in (var, subm, mat):
-        is_read = (arrays.flag & _R) != 0
-        is_written = (arrays.flag & _W) != 0
-        lists.append(_per_command(arrays.cmd[is_read], arrays.item[is_read], num_commands))
-        lists.append(_per_command(arrays.cmd[is_written], arrays.item[is_written], num_commands))
-    return [CommandAttributes(*fields, has_side_effects=side_effects[c])
-            for c, fields in enumerate(zip(*lists))]
+    return CommandAttributesList(len(computation.commands), (var, subm, mat), side_effects)
 
 
 # ---------------------------------------------------------------------------
@@ -550,9 +409,9 @@ class VariableAccessTable:
                 self._types_list = self.types.tolist()
                 self._offsets_list = self.offsets.tolist()
             lo, hi = self._offsets_list[v], self._offsets_list[v + 1]
-            types = _ACCESS_TYPES
-            acc = [Access(c, types[t]) for c, t in
-                   zip(self._commands_list[lo:hi], self._types_list[lo:hi])]
+            acc = list(map(_TUPLE_NEW, repeat(Access), zip(
+                self._commands_list[lo:hi],
+                map(_ACCESS_TYPES.__getitem__, self._types_list[lo:hi]))))
             self._cache[v] = acc
         return acc
 
@@ -588,7 +447,8 @@ def compute_variable_accesses(variables: ComputationVariables,
 def compute_matrix_accesses(nnet: Any, computation: NnetComputation,
                             variables: ComputationVariables,
                             command_attributes: Sequence[CommandAttributes],
-                            _matrix_arrays: _AccessArrays | None = None) -> list[MatrixAccesses]:
+                            _matrix_arrays: _AccessArrays | None = None,
+                            _table: np.ndarray | None = None) -> Sequence[MatrixAccesses]:
     """Kaldi's ComputeMatrixAccesses: accesses, allocation, deallocation and
     input/output status of every matrix (index 0 included, unused)."""
     num_matrices = len(computation.matrices)
@@ -605,53 +465,80 @@ def compute_matrix_accesses(nnet: Any, computation: NnetComputation,
     a = _matrix_arrays
     order = np.argsort(a.item, kind="stable")
     bounds = np.searchsorted(a.item[order], np.arange(num_matrices + 1)).tolist()
-    cmd_list = a.cmd[order].tolist()
-    type_list = (a.flag[order] - 1).tolist()
-    ans = []
-    for m in range(num_matrices):
-        lo, hi = bounds[m], bounds[m + 1]
-        ans.append(MatrixAccesses(accesses=[Access(c, _ACCESS_TYPES[t]) for c, t in
-                                            zip(cmd_list[lo:hi], type_list[lo:hi])]))
+    # All Access records at C speed, then one slice per matrix.
+    every = list(map(_TUPLE_NEW, repeat(Access), zip(
+        a.cmd[order].tolist(), map(_ACCESS_TYPES.__getitem__, (a.flag[order] - 1).tolist()))))
+    table = _table if _table is not None else computation.command_table()
+    lifetimes = _matrix_lifetimes(table, variables, num_matrices)
+    if lifetimes is None:
+        # Something is wrong: the loop finds the first bad command and says what.
+        ans = [MatrixAccesses(accesses=every[lo:hi]) for lo, hi in zip(bounds[:-1], bounds[1:])]
+        _matrix_lifetimes_loop(nnet, computation, variables, table, ans)
+        return ans
+    return MatrixAccessesList(every, bounds, *lifetimes)
 
-    subs = computation.submatrices
 
-    def whole_matrix(c: int, s: int) -> int:
-        if not 0 < s < len(subs) or not computation.is_whole_matrix(s):
-            raise command_error(computation, nnet, c, "command does not operate on a whole matrix")
-        return subs[s].matrix_index
+class MatrixAccessesList(Sequence):
+    """The :class:`MatrixAccesses` of every matrix, each made on first use
+    (variable merging asks about a few matrices per round).  Compares equal
+    to a list of the same records."""
 
-    T = CommandType
-    for c, command in enumerate(computation.commands):
-        t = command.command_type
-        if t is T.ALLOC_MATRIX or t is T.SWAP_MATRIX:
-            m = whole_matrix(c, command.arg1)
-            if ans[m].allocate_command != -1:
-                raise command_error(computation, nnet, c, f"matrix m{m} is initialized twice "
-                                    f"(first by c{ans[m].allocate_command})")
-            ans[m].allocate_command = c
-            if t is T.SWAP_MATRIX:
-                m2 = whole_matrix(c, command.arg2)
-                if ans[m2].deallocate_command != -1:
-                    raise command_error(computation, nnet, c, f"matrix m{m2} is destroyed twice "
-                                        f"(first by c{ans[m2].deallocate_command})")
-                ans[m2].deallocate_command = c
-        elif t is T.DEALLOC_MATRIX:
-            m = whole_matrix(c, command.arg1)
-            if ans[m].deallocate_command != -1:
-                raise command_error(computation, nnet, c, f"matrix m{m} is destroyed twice "
-                                    f"(first by c{ans[m].deallocate_command})")
-            ans[m].deallocate_command = c
-        elif t is T.ACCEPT_INPUT:
-            m = whole_matrix(c, command.arg1)
-            ans[m].is_input = True
-            # Accepting the same matrix again just re-allocates it; the first
-            # acceptance counts as the allocation.
-            if ans[m].allocate_command == -1:
-                ans[m].allocate_command = c
-        elif t is T.PROVIDE_OUTPUT:
-            m = whole_matrix(c, command.arg1)
-            ans[m].is_output = True
-    return ans
+    __slots__ = ("_every", "_bounds", "_alloc", "_dealloc", "_is_input", "_is_output",
+                 "_cache")
+
+    def __init__(self, every: list[Access], bounds: list[int], alloc: list[int],
+                 dealloc: list[int], is_input: list[bool], is_output: list[bool]) -> None:
+        self._every, self._bounds = every, bounds
+        self._alloc, self._dealloc = alloc, dealloc
+        self._is_input, self._is_output = is_input, is_output
+        self._cache: list[MatrixAccesses | None] = [None] * (len(bounds) - 1)
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    def __getitem__(self, m):  # type: ignore[override]
+        if isinstance(m, slice):
+            return [self[i] for i in range(*m.indices(len(self)))]
+        if m < 0:
+            m += len(self._cache)
+        ans = self._cache[m]
+        if ans is None:
+            ans = self._cache[m] = MatrixAccesses(
+                self._alloc[m], self._dealloc[m],
+                self._every[self._bounds[m]:self._bounds[m + 1]],
+                self._is_input[m], self._is_output[m])
+        return ans
+
+    def __iter__(self):
+        for m in range(len(self._cache)):
+            yield self[m]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (list, tuple, MatrixAccessesList)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"MatrixAccessesList(len={len(self)})"
+
+
+def _variables_of(computation: NnetComputation) -> ComputationVariables:
+    """ComputationVariables(computation), reused while the submatrices (the
+    same objects: they are immutable) and the matrix sizes are unchanged;
+    most passes change only commands."""
+    subs, matrices = computation.submatrices, computation.matrices
+    sizes = [(m.num_rows, m.num_cols) for m in matrices]
+    memo = computation.__dict__.get("_variables_memo")
+    if memo is not None:
+        old_subs, old_sizes, variables = memo
+        if (old_sizes == sizes and len(old_subs) == len(subs)
+                and all(map(is_, old_subs, subs))):
+            return variables
+    variables = ComputationVariables(computation)
+    computation.__dict__["_variables_memo"] = (list(subs), sizes, variables)
+    return variables
 
 
 class Analyzer:
@@ -662,33 +549,37 @@ class Analyzer:
         self.variables = ComputationVariables()
         self.command_attributes: list[CommandAttributes] = []
         self.variable_accesses = VariableAccessTable(0, *(np.zeros(0, dtype=np.int64),) * 3)
-        self.matrix_accesses: list[MatrixAccesses] = []
+        self.matrix_accesses: Sequence[MatrixAccesses] = []
         if computation is not None:
             self.init(nnet, computation)
 
     def init(self, nnet: Any, computation: NnetComputation) -> None:
-        self.variables = ComputationVariables(computation)
-        arrays: dict[str, _AccessArrays] = {}
-        self.command_attributes = compute_command_attributes(nnet, computation, self.variables,
-                                                             arrays)
-        var = arrays["variables"]
+        self.variables = _variables_of(computation)
+        table = computation.command_table()
+        var, subm, mat, side_effects = _command_access_arrays(nnet, computation, self.variables,
+                                                              table)
+        self.command_attributes = CommandAttributesList(len(computation.commands),
+                                                        (var, subm, mat), side_effects)
         # Same result as compute_variable_accesses(), without rebuilding the
         # arrays from the per-command lists.
         self.variable_accesses = VariableAccessTable(self.variables.num_variables,
                                                      var.item, var.cmd, var.flag)
         self.matrix_accesses = compute_matrix_accesses(nnet, computation, self.variables,
-                                                       self.command_attributes,
-                                                       arrays["matrices"])
+                                                       self.command_attributes, mat, table)
 
 
-# The passes' queries and small utilities live beside this module (size); they
-# are part of this module's interface.
+# The per-command record building and the passes' queries live beside this
+# module (size); the queries are part of this module's interface.
+from .analyze_records import (CommandAttributesList, _AccessArrays,  # noqa: E402
+                              _command_access_arrays, _matrix_lifetimes,
+                              _matrix_lifetimes_loop)
 from .analyze_queries import (ComputationAnalysis, compute_matrix_to_submatrix,  # noqa: E402
                               get_commands_of_type, get_max_memory_use, max_memory_usage,
                               print_command_attributes, print_matrix_accesses)
 
 __all__ = [
     "AccessType", "Access", "CommandAttributes", "MatrixAccesses", "ComputationVariables",
+    "CommandAttributesList", "MatrixAccessesList",
     "VariableAccessTable", "Analyzer", "ComputationAnalysis", "compute_command_attributes",
     "compute_variable_accesses", "compute_matrix_accesses", "compute_matrix_to_submatrix",
     "get_commands_of_type", "get_max_memory_use", "max_memory_usage",

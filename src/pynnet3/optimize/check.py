@@ -27,6 +27,7 @@ import numpy as np
 
 from ..compile.computation import CommandType, CompressedMatrixType, NnetComputation
 from ..errors import ComputationCheckError
+from ..nnet.properties_cache import component_properties_cached
 from .analyze import AccessType, Analyzer, command_error
 
 __all__ = ["CheckComputationOptions", "ComputationChecker", "ComputationCheckError",
@@ -225,13 +226,23 @@ class ComputationChecker:
         if len(info) != len(self.computation.matrices):
             raise ComputationCheckError(f"debug info has {len(info)} entries for "
                                         f"{len(self.computation.matrices)} matrices")
+        checked: set[int] = set()    # lists shared by several matrices are checked once
         for m in range(1, len(info)):
             if len(info[m].cindexes) != self.computation.matrices[m].num_rows:
                 raise ComputationCheckError(f"debug info for matrix m{m} has "
                                             f"{len(info[m].cindexes)} cindexes for "
                                             f"{self.computation.matrices[m].num_rows} rows")
-            # (map with C-level itemgetters: these lists hold every cindex)
-            if info[m].cindexes and min(map(_get_n, map(_get_index, info[m].cindexes))) < 0:
+            cindexes = info[m].cindexes
+            if id(cindexes) in checked:
+                continue
+            checked.add(id(cindexes))
+            array = getattr(cindexes, "array", None)   # array-backed (node, n, t, x)
+            if array is not None:
+                negative = len(array) > 0 and int(array[:, 1].min()) < 0
+            else:
+                # (map with C-level itemgetters: these lists hold every cindex)
+                negative = bool(cindexes) and min(map(_get_n, map(_get_index, cindexes))) < 0
+            if negative:
                 raise ComputationCheckError(f"negative n index in debug info of matrix m{m}")
 
     # -- indexes -----------------------------------------------------------------
@@ -267,7 +278,8 @@ def check_computation(nnet: Any, computation: NnetComputation, check_rewrite: bo
         computation = _online_to_checkable(computation)
         opts.check_unused_variables = False
         opts.check_deallocation = False   # the state carried to the next chunk stays
-    ComputationChecker(opts, nnet, computation).check()
+    with component_properties_cached():
+        ComputationChecker(opts, nnet, computation).check()
 
 
 from .check_indexes import _IndexChecker  # noqa: E402  (its half of this module)

@@ -17,6 +17,7 @@ import numpy as np
 from ..compile.computation import Command, CommandType, CompressedMatrixType
 from ..errors import ComputationCheckError
 from ..nnet.components.base import Prop
+from ..nnet.properties_cache import component_properties
 from .analyze import ComputationVariables, _submatrix_table, command_error
 
 if TYPE_CHECKING:
@@ -45,13 +46,20 @@ class _IndexChecker:
         if len(table) == 0 or tuple(table[0]) != (0, 0, 0, 0, 0):
             raise ComputationCheckError("submatrix 0 must be the empty submatrix")
         ComputationVariables._validate_submatrices(*(table[1:, i] for i in range(5)), sizes)
-        self.sub_rows = table[:, 2]
-        self.sub_cols = table[:, 4]
-        self.whole = np.zeros(len(table), dtype=bool)
+        # Arrays for the table checks, lists for the per-command ones (NumPy
+        # scalar indexing is slow).
+        self.sub_rows_array = table[:, 2]
+        self.sub_cols_array = table[:, 4]
+        whole = np.zeros(len(table), dtype=bool)
         m = table[1:, 0]
-        self.whole[1:] = ((table[1:, 1] == 0) & (table[1:, 3] == 0)
-                          & (table[1:, 2] == sizes[m, 0]) & (table[1:, 4] == sizes[m, 1]))
+        whole[1:] = ((table[1:, 1] == 0) & (table[1:, 3] == 0)
+                     & (table[1:, 2] == sizes[m, 0]) & (table[1:, 4] == sizes[m, 1]))
+        self.sub_rows: list[int] = self.sub_rows_array.tolist()
+        self.sub_cols: list[int] = self.sub_cols_array.tolist()
+        self.whole: list[bool] = whole.tolist()
+        self.num_components = self.nnet.num_components() if self.nnet is not None else 0
         self.memo_to_command: dict[int, int] = {}
+        self._props: dict[int, int] = {}
 
     def error(self, c: int, message: str) -> ComputationCheckError:
         return command_error(self.computation, self.nnet, c, message)
@@ -61,12 +69,19 @@ class _IndexChecker:
         return (0 if allow_zero else 1) <= s < self.num_submatrices
 
     def whole_ok(self, s: int) -> bool:
-        return 1 <= s < self.num_submatrices and bool(self.whole[s])
+        return 1 <= s < self.num_submatrices and self.whole[s]
 
     def component(self, c: int, index: int):
-        if self.nnet is None or not 0 <= index < self.nnet.num_components():
+        if self.nnet is None or not 0 <= index < self.num_components:
             raise self.error(c, f"component index {index} out of range")
         return self.nnet.get_component(index)
+
+    def properties(self, index: int, comp) -> int:
+        """The component's property flags, asked once per component."""
+        p = self._props.get(index)
+        if p is None:
+            p = self._props[index] = component_properties(comp)
+        return p
 
     # -- per command ---------------------------------------------------------
     def run(self) -> None:
@@ -137,7 +152,7 @@ class _IndexChecker:
 
     def check_propagate(self, c: int, command: Command) -> None:
         comp = self.component(c, command.arg1)
-        props = int(comp.properties())
+        props = self.properties(command.arg1, comp)
         simple = bool(props & _P_SIMPLE)
         if not 0 <= command.arg2 < len(self.computation.component_precomputed_indexes):
             raise self.error(c, "precomputed-indexes index out of range")
@@ -168,7 +183,7 @@ class _IndexChecker:
 
     def check_backprop(self, c: int, command: Command) -> None:
         comp = self.component(c, command.arg1)
-        props = int(comp.properties())
+        props = self.properties(command.arg1, comp)
         a3, a4, a5, a6, a7 = command.arg3, command.arg4, command.arg5, command.arg6, command.arg7
         if not 0 <= command.arg2 < len(self.computation.component_precomputed_indexes):
             raise self.error(c, "precomputed-indexes index out of range")
@@ -244,15 +259,15 @@ class _IndexChecker:
         s, r = sub[~null], row[~null]
         if ((s < 1) | (s >= self.num_submatrices)).any():
             raise self.error(c, f"indexes_multi[{k}]: submatrix index out of range")
-        if ((r < 0) | (r >= self.sub_rows[s])).any():
+        if ((r < 0) | (r >= self.sub_rows_array[s])).any():
             raise self.error(c, f"indexes_multi[{k}]: row index out of range")
         if (s == a1).any():
             raise self.error(c, "*Multi command copies from/to its own submatrix")
-        if (self.sub_cols[s] != self.sub_cols[a1]).any():
+        if (self.sub_cols_array[s] != self.sub_cols[a1]).any():
             raise self.error(c, f"indexes_multi[{k}]: submatrix of mismatching dimension")
         # Duplicate destinations would need atomic adds in the CUDA kernels.
         if command.command_type in (T.ADD_TO_ROWS_MULTI, T.COPY_TO_ROWS_MULTI):
-            key = s * (int(self.sub_rows.max()) + 1) + r
+            key = s * (int(self.sub_rows_array.max()) + 1) + r
             if len(np.unique(key)) != len(key):
                 raise self.error(c, f"indexes_multi[{k}]: duplicate (submatrix, row) element "
                                  "in a *ToRowsMulti command")

@@ -22,8 +22,7 @@ from typing import Any
 
 from ..compile.computation import Command, CommandType, NnetComputation, StrideType
 from ..errors import ComputationCheckError
-from .analyze import (AccessType, Analyzer, ComputationAnalysis, ComputationVariables,
-                      compute_command_attributes, compute_matrix_accesses)
+from .analyze import AccessType, Analyzer, ComputationAnalysis
 from .renumber import fix_goto_label_if_any, remove_no_ops
 
 __all__ = ["convert_addition_to_assignment", "remove_unnecessary_zeroing",
@@ -94,9 +93,9 @@ def move_sizing_commands(nnet: Any, computation: NnetComputation) -> None:
     """Kaldi's MoveSizingCommands: each AllocMatrix (with the zeroing right
     after it) moves to just before the matrix's first other access, each
     DeallocMatrix to just after its last access.  Input/output commands stay."""
-    variables = ComputationVariables(computation)
-    attributes = compute_command_attributes(nnet, computation, variables)
-    matrix_accesses = compute_matrix_accesses(nnet, computation, variables, attributes)
+    # (Kaldi computes the variables, command attributes and matrix accesses
+    # here; the Analyzer does just that.)
+    matrix_accesses = Analyzer(nnet, computation).matrix_accesses
     commands = computation.commands
     num_commands = len(commands)
     # Positions are scaled by 3 so that a command can be placed just before

@@ -20,9 +20,9 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from ..compile.computation import (ARG_ROLES, Command, CommandType, NnetComputation, Role,
-                                   SubMatrixInfo)
+                                   SubMatrixInfo, make_command)
 from ..errors import ComputationCheckError
-from .analyze import Analyzer
+from .analyze import Analyzer, _submatrix_table
 
 __all__ = ["renumber_computation", "remove_no_ops", "identify_submatrix_args",
            "identify_indexes_args", "identify_indexes_multi_args", "identify_indexes_ranges_args",
@@ -98,10 +98,6 @@ def map_submatrix_args(command: Command, mapping: Callable[[int], int] | Sequenc
     return command.with_args(**changes) if changes else command
 
 
-def _with_arg(command: Command, position: int, value: int) -> Command:
-    return command.with_args(**{_ARG_NAMES[position]: int(value)})
-
-
 # ---------------------------------------------------------------------------
 # The renumberer
 
@@ -134,8 +130,23 @@ def _dedup_arrays(arrays: Sequence[np.ndarray], used: np.ndarray | None
     return old_to_new, kept
 
 
+# _SUBMATRIX_MASK[type, i]: argument i (0-based) of commands of that type is a submatrix.
+_SUBMATRIX_MASK = np.zeros((len(CommandType), 7), dtype=bool)
+for _t, _positions in _SUBMATRIX_POSITIONS.items():
+    _SUBMATRIX_MASK[int(_t), list(_positions)] = True
+_MULTI_TYPES = np.array(sorted(int(t) for t in _INDEXES_MULTI_POSITION), dtype=np.int64)
+_INDEXES_TYPES = np.array(sorted(int(t) for t in _INDEXES_POSITION), dtype=np.int64)
+_RANGES_TYPES = np.array(sorted(int(t) for t in _INDEXES_RANGES_POSITION), dtype=np.int64)
+
+
 class ComputationRenumberer:
-    """Kaldi's ComputationRenumberer; use :func:`renumber_computation`."""
+    """Kaldi's ComputationRenumberer; use :func:`renumber_computation`.
+
+    Works on the command table (:func:`command_table`: type and arguments of
+    every command as one int array), kept in step with the commands, so
+    that finding and mapping arguments is array work; only commands whose
+    arguments change are rebuilt.
+    """
 
     def __init__(self, computation: NnetComputation) -> None:
         self.computation = computation
@@ -146,8 +157,10 @@ class ComputationRenumberer:
         self.old_to_new_submatrix = np.zeros(0, dtype=np.int64)
         self.num_matrices_new = 0
         self.num_submatrices_new = 0
+        self._table: np.ndarray | None = None
 
     def renumber(self) -> None:
+        self._table = self.computation.command_table().copy()
         self.remove_unused_indexes_multi()
         self.compute_submatrix_is_used()
         self.compute_matrix_is_used()
@@ -159,43 +172,72 @@ class ComputationRenumberer:
         self.renumber_indexes_ranges()
         self.renumber_memos()
 
+    # -- the command table ---------------------------------------------------------
+    @property
+    def table(self) -> np.ndarray:
+        if self._table is None or len(self._table) != len(self.computation.commands):
+            self._table = self.computation.command_table().copy()
+        return self._table
+
+    def _args_of_types(self, types: np.ndarray, position: int) -> tuple[np.ndarray, np.ndarray]:
+        """(commands, their argument at 0-based ``position``) for commands of ``types``."""
+        table = self.table
+        rows = np.flatnonzero(np.isin(table[:, 0], types))
+        return rows, table[rows, position + 1]
+
+    def _set_args(self, rows: np.ndarray, new_args: np.ndarray) -> None:
+        """Give commands ``rows`` the arguments ``new_args`` [len(rows), 7]."""
+        commands = self.computation.commands
+        table = self.table
+        for c, (a1, a2, a3, a4, a5, a6, a7) in zip(rows.tolist(), new_args.tolist()):
+            old = commands[c]
+            commands[c] = make_command(old.command_type, old.alpha, a1, a2, a3, a4, a5, a6, a7)
+        table[rows, 1:] = new_args
+
     # -- indexes_multi -----------------------------------------------------------
     def remove_unused_indexes_multi(self) -> None:
         comp = self.computation
         n = len(comp.indexes_multi)
         if n == 0:
             return
-        args = identify_indexes_multi_args(comp.commands)
+        rows, ks = self._args_of_types(_MULTI_TYPES, 1)
+        bad = (ks < 0) | (ks >= n)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ComputationCheckError(f"indexes_multi index {ks[i]} out of range", int(rows[i]))
         used = np.zeros(n, dtype=bool)
-        for c, k in args:
-            if not 0 <= k < n:
-                raise ComputationCheckError(f"indexes_multi index {k} out of range", c)
-            used[k] = True
+        used[ks] = True
         old_to_new, count = _create_renumbering(used)
         if count == n:
             return
         comp.indexes_multi = [comp.indexes_multi[i] for i in np.flatnonzero(used).tolist()]
-        self._renumber_table_args(args, old_to_new, 1)
+        self._renumber_table_args(rows, ks, old_to_new, 1)
 
-    def _renumber_table_args(self, args: list[tuple[int, int]], old_to_new: np.ndarray,
+    def _renumber_table_args(self, rows: np.ndarray, ks: np.ndarray, old_to_new: np.ndarray,
                              position: int) -> None:
-        commands = self.computation.commands
-        for c, k in args:
-            new = int(old_to_new[k])
-            if new != k:
-                commands[c] = _with_arg(commands[c], position, new)
+        new = old_to_new[ks]
+        changed = new != ks
+        if not changed.any():
+            return
+        rows = rows[changed]
+        new_args = self.table[rows, 1:].copy()
+        new_args[:, position] = new[changed]
+        self._set_args(rows, new_args)
 
     # -- submatrices and matrices ------------------------------------------------
+    def _submatrix_arg_mask(self) -> np.ndarray:
+        table = self.table
+        types = table[:, 0]
+        if len(types) and (types.min() < 0 or types.max() >= len(_SUBMATRIX_MASK)):
+            raise ComputationCheckError("command of unknown type")
+        return _SUBMATRIX_MASK[types]
+
     def compute_submatrix_is_used(self) -> None:
         comp = self.computation
         num_submatrices = len(comp.submatrices)
         used = np.zeros(num_submatrices, dtype=bool)
         used[0] = True
-        refs: list[int] = []
-        for command in comp.commands:
-            for i in _SUBMATRIX_POSITIONS[command.command_type]:
-                refs.append(command.args[i])
-        refs_arr = np.array(refs, dtype=np.int64)
+        refs_arr = self.table[:, 1:][self._submatrix_arg_mask()]
         parts = [refs_arr] + [im[:, 0].astype(np.int64) for im in comp.indexes_multi]
         all_refs = np.concatenate(parts) if parts else refs_arr
         all_refs = all_refs[all_refs > 0]
@@ -221,19 +263,20 @@ class ComputationRenumberer:
         old_to_new = np.full(num_submatrices, -1, dtype=np.int64)
         old_to_new[0] = 0
         kept = self.submatrix_is_used.copy()
-        seen: dict[SubMatrixInfo, int] = {}
+        used = np.flatnonzero(self.submatrix_is_used[1:]) + 1
         cur = 1
-        for s in np.flatnonzero(self.submatrix_is_used[1:]).tolist():
-            s += 1
-            info = comp.submatrices[s]
-            j = seen.get(info)
-            if j is not None:       # a duplicate of an earlier submatrix
-                old_to_new[s] = j
-                kept[s] = False
-            else:
-                seen[info] = cur
-                old_to_new[s] = cur
-                cur += 1
+        if len(used):
+            # Equal submatrices share the number of the first of them; the
+            # distinct ones are numbered in order of first appearance.
+            rows = np.ascontiguousarray(_submatrix_table(comp)[used])
+            keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
+            _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+            inverse = inverse.reshape(-1)
+            rank = np.empty(len(first), dtype=np.int64)
+            rank[np.argsort(first)] = np.arange(len(first))
+            old_to_new[used] = 1 + rank[inverse]
+            kept[used] = np.arange(len(used)) == first[inverse]
+            cur = 1 + len(first)
         self.old_to_new_submatrix = old_to_new
         self.submatrix_is_kept = kept
         self.num_submatrices_new = cur
@@ -243,8 +286,12 @@ class ComputationRenumberer:
         mapping = self.old_to_new_submatrix
         if (mapping == np.arange(len(mapping))).all():
             return
-        mapping_list = mapping.tolist()
-        comp.commands = [map_submatrix_args(cmd, mapping_list) for cmd in comp.commands]
+        args = self.table[:, 1:]
+        mask = self._submatrix_arg_mask() & (args > 0)
+        new_args = np.where(mask, mapping[np.where(mask, args, 0)], args)
+        rows = np.flatnonzero((new_args != args).any(axis=1))
+        if len(rows):
+            self._set_args(rows, new_args[rows])
         new_multi = []
         for im in comp.indexes_multi:
             col = im[:, 0]
@@ -266,8 +313,9 @@ class ComputationRenumberer:
         if self.num_matrices_new == len(comp.matrices):
             return
         new_subs = [comp.submatrices[0]]
+        mapping_list = mapping.tolist()
         for s in comp.submatrices[1:]:
-            m = int(mapping[s.matrix_index])
+            m = mapping_list[s.matrix_index]
             if m <= 0:
                 raise ComputationCheckError(f"submatrix refers to removed matrix "
                                             f"m{s.matrix_index}")
@@ -291,58 +339,57 @@ class ComputationRenumberer:
         if len(kept) == len(comp.indexes_multi):
             return
         comp.indexes_multi = [comp.indexes_multi[i] for i in kept]
-        self._renumber_table_args(identify_indexes_multi_args(comp.commands), old_to_new, 1)
+        rows, ks = self._args_of_types(_MULTI_TYPES, 1)
+        self._renumber_table_args(rows, ks, old_to_new, 1)
+
+    def _renumber_tables(self, name: str, types: np.ndarray, position: int) -> None:
+        comp = self.computation
+        arrays = getattr(comp, name)
+        n = len(arrays)
+        if n == 0:
+            return
+        rows, ks = self._args_of_types(types, position)
+        bad = (ks < 0) | (ks >= n)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ComputationCheckError(f"{name} index {ks[i]} out of range", int(rows[i]))
+        used = np.zeros(n, dtype=bool)
+        used[ks] = True
+        old_to_new, kept = _dedup_arrays(arrays, used)
+        if len(kept) == n:
+            return
+        setattr(comp, name, [arrays[i] for i in kept])
+        self._renumber_table_args(rows, ks, old_to_new, position)
 
     def renumber_indexes(self) -> None:
-        comp = self.computation
-        n = len(comp.indexes)
-        if n == 0:
-            return
-        args = identify_indexes_args(comp.commands)
-        used = np.zeros(n, dtype=bool)
-        for c, k in args:
-            if not 0 <= k < n:
-                raise ComputationCheckError(f"indexes index {k} out of range", c)
-            used[k] = True
-        old_to_new, kept = _dedup_arrays(comp.indexes, used)
-        if len(kept) == n:
-            return
-        comp.indexes = [comp.indexes[i] for i in kept]
-        self._renumber_table_args(args, old_to_new, 2)
+        self._renumber_tables("indexes", _INDEXES_TYPES, 2)
 
     def renumber_indexes_ranges(self) -> None:
-        comp = self.computation
-        n = len(comp.indexes_ranges)
-        if n == 0:
-            return
-        args = identify_indexes_ranges_args(comp.commands)
-        used = np.zeros(n, dtype=bool)
-        for c, k in args:
-            if not 0 <= k < n:
-                raise ComputationCheckError(f"indexes_ranges index {k} out of range", c)
-            used[k] = True
-        old_to_new, kept = _dedup_arrays(comp.indexes_ranges, used)
-        if len(kept) == n:
-            return
-        comp.indexes_ranges = [comp.indexes_ranges[i] for i in kept]
-        self._renumber_table_args(args, old_to_new, 2)
+        self._renumber_tables("indexes_ranges", _RANGES_TYPES, 2)
 
     # -- memos -------------------------------------------------------------------
     def renumber_memos(self) -> None:
         """Number the memos 1, 2, ... in the order of the Propagate commands
         that create them (Backprop commands name the same number)."""
         commands = self.computation.commands
+        table = self.table
+        types = table[:, 0]
+        # Only commands that name a memo matter.
+        candidates = np.flatnonzero(((types == T.PROPAGATE) & (table[:, 5] > 0))
+                                    | (((types == T.BACKPROP)
+                                        | (types == T.BACKPROP_NO_MODEL_UPDATE))
+                                       & (table[:, 7] > 0)))
         propagate_of: dict[int, int] = {}
         backprop_of: dict[int, int] = {}
         order: list[int] = []
-        for c, cmd in enumerate(commands):
-            if cmd.command_type is T.PROPAGATE and cmd.arg5 > 0:
+        for c in candidates.tolist():
+            cmd = commands[c]
+            if cmd.command_type is T.PROPAGATE:
                 if cmd.arg5 in propagate_of:
                     raise ComputationCheckError(f"memo {cmd.arg5} is created twice", c)
                 propagate_of[cmd.arg5] = c
                 order.append(cmd.arg5)
-            elif (cmd.command_type is T.BACKPROP
-                  or cmd.command_type is T.BACKPROP_NO_MODEL_UPDATE) and cmd.arg7 > 0:
+            else:
                 # (Kaldi looks at kBackprop only; no component that uses a
                 # memo is updatable, so the other kind never has one there.)
                 if cmd.arg7 not in propagate_of or cmd.arg7 in backprop_of:
@@ -357,6 +404,8 @@ class ComputationRenumberer:
                 p, b = propagate_of[memo], backprop_of[memo]
                 commands[p] = commands[p].with_args(arg5=new)
                 commands[b] = commands[b].with_args(arg7=new)
+                table[p, 5] = new
+                table[b, 7] = new
 
 
 def renumber_computation(computation: NnetComputation) -> None:

@@ -38,10 +38,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from ..compile.computation import Command, CommandType, NnetComputation, StrideType, SubMatrixInfo
 from ..errors import ComputationCheckError
 from ..log import vlog
 from ..nnet.components.base import Prop
+from ..nnet.properties_cache import nnet_component_properties
 from .analyze import Analyzer, ComputationAnalysis, compute_matrix_to_submatrix
 from .renumber import remove_no_ops, renumber_computation
 
@@ -54,6 +57,10 @@ T = CommandType
 _P_PROPAGATE_IN_PLACE = int(Prop.PROPAGATE_IN_PLACE)
 _P_BACKPROP_IN_PLACE = int(Prop.BACKPROP_IN_PLACE)
 _NO_OP = Command(T.NO_OPERATION)
+_T_MATRIX_COPY = int(T.MATRIX_COPY)
+_T_PROPAGATE = int(T.PROPAGATE)
+_T_BACKPROP = int(T.BACKPROP)
+_T_BACKPROP_NO_MODEL_UPDATE = int(T.BACKPROP_NO_MODEL_UPDATE)
 
 
 def _get_submatrix_of_submatrix(computation: NnetComputation, submat_a: int,
@@ -103,27 +110,25 @@ class VariableMergingOptimizer:
             return False
         comp = self.computation
         merged = False
-        props_cache: dict[int, int] = {}
-
-        def props(component_index: int) -> int:
-            p = props_cache.get(component_index)
-            if p is None:
-                p = props_cache[component_index] = int(
-                    self.nnet.get_component(component_index).properties())
-            return p
-
-        for command_index in range(len(comp.commands)):
+        props = nnet_component_properties(self.nnet)
+        # Only these command types can lead to a merge (a merge never turns
+        # one of them into another, so they can be listed up front).
+        types = comp.command_table()[:, 0]
+        candidates = np.flatnonzero((types == _T_MATRIX_COPY) | (types == _T_PROPAGATE)
+                                    | (types == _T_BACKPROP)
+                                    | (types == _T_BACKPROP_NO_MODEL_UPDATE)).tolist()
+        for command_index in candidates:
             c = comp.commands[command_index]
             t = c.command_type
             s1 = s2 = -1
             if t is T.MATRIX_COPY and config.remove_assignments:
                 s2, s1 = c.arg1, c.arg2        # s2 is written
             elif t is T.PROPAGATE and config.propagate_in_place:
-                if props(c.arg1) & _P_PROPAGATE_IN_PLACE:
+                if props[c.arg1] & _P_PROPAGATE_IN_PLACE:
                     s1, s2 = c.arg3, c.arg4
             elif (t is T.BACKPROP or t is T.BACKPROP_NO_MODEL_UPDATE) \
                     and config.backprop_in_place:
-                if props(c.arg1) & _P_BACKPROP_IN_PLACE:
+                if props[c.arg1] & _P_BACKPROP_IN_PLACE:
                     s1, s2 = c.arg5, c.arg6
                     # Never expected, but merging a derivative into the
                     # value arguments of the same backprop would be wrong.

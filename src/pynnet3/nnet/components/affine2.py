@@ -27,13 +27,20 @@ import numpy as np
 
 from ...kaldi_io import KaldiReader, KaldiWriter
 from ..config_line import ConfigLine
-from ..index import K_NO_TIME, Index
+from ..index import K_NO_TIME, Index, index_columns
+from ..index_lists import IndexList
 from .affine import (AffineParamsMixin, OnlineNaturalGradient, _random_bias, _random_params,
                      _read_end_of_common, _rows_of, _set_preconditioner, f32, peek_char,
                      verbose_level)
 from .base import (Prop, UpdatableComponent, fmt_g, print_parameter_stats, register,
                    reshape_rows)
 from .natural_gradient import precondition_in_out
+# The regular (t-major) index structure TdnnComponent works with (names kept
+# importable from here).
+from .tdnn_indexes import (ComputationIo, _computation_io,  # noqa: F401
+                           _indexes_for_computation_columns, _modify_computation_io,
+                           _nx_keys, get_computation_io, get_indexes_for_computation,
+                           get_nx_list, get_t_list, regularize_t_list)
 
 _INT_RE = re.compile(r"^\s*[+-]?\d+\s*$")
 
@@ -336,109 +343,6 @@ NaturalGradientRepeatedAffineComponent._add_family = RepeatedAffineComponent
 
 
 # ---------------------------------------------------------------------------
-# Regular structure of a list of indexes (shared logic with convolution).
-
-
-@dataclass
-class ComputationIo:
-    """Kaldi's ConvolutionComputationIo: the regular grid covering the indexes."""
-
-    num_images: int = 0
-    start_t_in: int = 0
-    t_step_in: int = 0
-    num_t_in: int = 0
-    start_t_out: int = 0
-    t_step_out: int = 0
-    num_t_out: int = 0
-    reorder_t_in: int = 1
-
-
-def get_nx_list(indexes: list) -> list[tuple[int, int]]:
-    """Sorted distinct (n, x) pairs (blank indexes included, as in Kaldi)."""
-    return sorted({(ix[0], ix[2]) for ix in indexes})
-
-
-def get_t_list(indexes: list) -> list[int]:
-    """Sorted distinct t values, ignoring kNoTime."""
-    return sorted({ix[1] for ix in indexes if ix[1] != K_NO_TIME})
-
-
-def regularize_t_list(t_values: list[int]) -> tuple[int, int, int]:
-    """(start, step, count): the smallest arithmetic grid containing t_values."""
-    if not t_values:
-        raise ValueError("no t values (all indexes blank?)")
-    start = t_values[0]
-    step = 0
-    for a, b in zip(t_values, t_values[1:]):
-        step = math.gcd(step, b - a)
-    if step == 0:
-        return start, 0, 1
-    return start, step, 1 + (t_values[-1] - start) // step
-
-
-def get_computation_io(input_indexes: list, output_indexes: list) -> ComputationIo:
-    pairs = get_nx_list(input_indexes)
-    if not pairs:
-        raise ValueError("empty input indexes")
-    io = ComputationIo(num_images=len(pairs))
-    io.start_t_in, io.t_step_in, io.num_t_in = regularize_t_list(get_t_list(input_indexes))
-    io.start_t_out, io.t_step_out, io.num_t_out = regularize_t_list(get_t_list(output_indexes))
-    io.reorder_t_in = 1
-    return io
-
-
-def _create_indexes(nx_pairs: list[tuple[int, int]], t_start: int, t_step: int,
-                    num_t_values: int, reorder_t: int) -> list[Index]:
-    """Indexes on a grid; t has the largest stride, except that with
-    reorder_t > 1 each block of reorder_t consecutive t values is interleaved
-    (t varies fastest inside a block)."""
-    if reorder_t < 1 or num_t_values % reorder_t != 0 or t_step < 0:
-        raise ValueError("bad grid for index creation")
-    if t_step == 0:
-        if num_t_values != 1:
-            raise ValueError("t_step 0 with more than one t value")
-        t_step = 1
-    outer = t_step * reorder_t
-    t_end = t_start + num_t_values * t_step
-    out: list[Index] = []
-    for t_block in range(t_start, t_end, outer):
-        for n, x in nx_pairs:
-            for t in range(t_block, t_block + outer, t_step):
-                out.append(Index(n, t, x))
-    return out
-
-
-def _blank_missing(ref: list, indexes: list[Index]) -> list[Index]:
-    ref_set = set(ref)
-    return [ix if ix in ref_set else Index(ix[0], K_NO_TIME, ix[2]) for ix in indexes]
-
-
-def get_indexes_for_computation(io: ComputationIo, orig_input: list,
-                                orig_output: list) -> tuple[list[Index], list[Index]]:
-    pairs = get_nx_list(orig_input)
-    if len(pairs) != io.num_images:
-        raise ValueError("(n, x) pairs changed")
-    inp = _create_indexes(pairs, io.start_t_in, io.t_step_in, io.num_t_in, io.reorder_t_in)
-    out = _create_indexes(pairs, io.start_t_out, io.t_step_out, io.num_t_out, 1)
-    return _blank_missing(orig_input, inp), _blank_missing(orig_output, out)
-
-
-def _modify_computation_io(io: ComputationIo) -> None:
-    """Tdnn-specific fix-up: nonzero steps, and reorder_t_in for subsampling."""
-    if io.t_step_out == 0:
-        # A single output (or input) t: the step is a don't-care.
-        if io.t_step_in == 0:
-            io.t_step_in = 1
-        io.t_step_out = io.t_step_in
-    if io.t_step_in == 0 or io.t_step_out % io.t_step_in != 0:
-        raise ValueError(f"TdnnComponent: output t-step {io.t_step_out} is not a multiple of "
-                         f"input t-step {io.t_step_in}")
-    io.reorder_t_in = io.t_step_out // io.t_step_in
-    n = io.reorder_t_in
-    io.num_t_in = n * ((io.num_t_in + n - 1) // n)
-
-
-# ---------------------------------------------------------------------------
 
 
 @dataclass
@@ -692,9 +596,13 @@ class TdnnComponent(AffineParamsMixin, UpdatableComponent):
     def reorder_indexes(self, input_indexes: list, output_indexes: list
                         ) -> tuple[list[Index], list[Index]]:
         """Regular (t-major) order, padding gaps with blank (t = kNoTime) indexes."""
-        io = get_computation_io(input_indexes, output_indexes)
+        in_cols, out_cols = index_columns(input_indexes), index_columns(output_indexes)
+        in_keys = _nx_keys(in_cols)
+        io, nx = _computation_io(in_cols, out_cols, in_keys)
         _modify_computation_io(io)
-        return get_indexes_for_computation(io, input_indexes, output_indexes)
+        new_in, new_out = _indexes_for_computation_columns(io, nx, in_cols, out_cols, in_keys)
+        # (Array-backed: the compiler reads them as arrays.)
+        return IndexList(new_in.astype(np.int32)), IndexList(new_out.astype(np.int32))
 
     def precompute_indexes(self, misc_info: Any, input_indexes: list, output_indexes: list,
                            need_backprop: bool) -> TdnnPrecomputedIndexes:

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 import numpy as np
 
 from ...kaldi_io import KaldiReader, KaldiWriter
 from ..config_line import ConfigLine
-from ..index import Index
+from ..index import K_NO_TIME, Index, index_columns
+from ..index_lists import IndexList
 from .base import Component, Prop, register
 
 _F32 = np.float32
@@ -33,9 +35,39 @@ def divide_rounding_down(a: int, b: int) -> int:
     return a // b
 
 
-def sort_nxt(indexes: list) -> list:
-    """Sort on n, then x, then t (Kaldi's IndexLessNxt)."""
-    return sorted(indexes, key=lambda i: (i[0], i[2], i[1]))
+def sort_nxt(indexes: list) -> IndexList:
+    """Sort on n, then x, then t (Kaldi's IndexLessNxt); an array-backed list."""
+    cols = index_columns(indexes)
+    return IndexList(cols[np.lexsort((cols[:, 1], cols[:, 2], cols[:, 0]))].astype(np.int32))
+
+
+_TUPLE_NEW = tuple.__new__
+
+
+def _indexes_at_times(n: int, times: range, x: int) -> map:
+    """Index(n, s, x) for s in ``times``, made at C speed (the statistics
+    components ask for thousands of them per output Index)."""
+    return map(_TUPLE_NEW, repeat(Index), zip(repeat(n), times, repeat(x)))
+
+
+def _void_rows(cols: np.ndarray) -> np.ndarray:
+    cols = np.ascontiguousarray(cols, dtype=np.int64)
+    return cols.view(np.dtype((np.void, 8 * cols.shape[1]))).ravel()
+
+
+def _positions(table: np.ndarray, queries: np.ndarray) -> np.ndarray | None:
+    """Row of ``table`` (int64 [m, 3]) equal to each row of ``queries``
+    ([k, 3]), -1 where none; None if ``table`` has repeated rows."""
+    keys = _void_rows(table)
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    if len(sorted_keys) > 1 and (sorted_keys[1:] == sorted_keys[:-1]).any():
+        return None
+    q = _void_rows(queries)
+    if len(sorted_keys) == 0:
+        return np.full(len(q), -1, dtype=np.int64)
+    pos = np.minimum(np.searchsorted(sorted_keys, q), len(sorted_keys) - 1)
+    return np.where(sorted_keys[pos] == q, order[pos], -1)
 
 
 # ---------------------------------------------------------------------------
@@ -326,11 +358,12 @@ class StatisticsExtractionComponent(Component):
 
     def get_input_indexes(self, misc_info: Any, output_index) -> list[Index]:
         n, t, x = output_index
-        return [Index(n, s, x) for s in self._input_ts(t)]
+        return list(_indexes_at_times(n, self._input_ts(t), x))
 
     def is_computable(self, misc_info: Any, output_index, input_index_set) -> tuple[bool, list]:
         n, t, x = output_index
-        used = [i for i in (Index(n, s, x) for s in self._input_ts(t)) if i in input_index_set]
+        used = list(filter(input_index_set.__contains__,
+                           _indexes_at_times(n, self._input_ts(t), x)))
         return bool(used), used
 
     def reorder_indexes(self, input_indexes: list, output_indexes: list) -> tuple[list, list]:
@@ -338,6 +371,49 @@ class StatisticsExtractionComponent(Component):
 
     def precompute_indexes(self, misc_info: Any, input_indexes: list, output_indexes: list,
                            need_backprop: bool) -> StatisticsExtractionComponentPrecomputedIndexes:
+        fast = self._precompute_indexes_arrays(index_columns(input_indexes),
+                                               index_columns(output_indexes), need_backprop)
+        if fast is not None:
+            return fast
+        # Something irregular: the loop below finds it and says what.
+        return self._precompute_indexes_loop(input_indexes, output_indexes, need_backprop)
+
+    def _precompute_indexes_arrays(self, in_cols: np.ndarray, out_cols: np.ndarray,
+                                   need_backprop: bool
+                                   ) -> StatisticsExtractionComponentPrecomputedIndexes | None:
+        """The regular case as array operations; None if anything is off."""
+        num_out = len(out_cols)
+        per_output = len(range(0, self.output_period, self.input_period))
+        t = out_cols[:, 1]
+        start = (t // self.output_period) * self.output_period
+        cand = np.repeat(out_cols, per_output, axis=0)
+        cand[:, 1] = (start[:, None] + self.input_period
+                      * np.arange(per_output, dtype=np.int64)[None, :]).ravel()
+        pos = _positions(in_cols, cand)
+        if pos is None:
+            return None
+        pos = pos.reshape(num_out, per_output)
+        found = pos >= 0
+        num_found = found.sum(axis=1)
+        if num_out == 0 or (num_found == 0).any():
+            return None
+        # The inputs of an output must be consecutive rows, in order of t.
+        first = pos[np.arange(num_out), np.argmax(found, axis=1)]
+        rank = np.cumsum(found, axis=1) - 1
+        if (found & (pos != first[:, None] + rank)).any():
+            return None
+        used = pos[found]
+        if len(used) != len(in_cols) or (np.bincount(used, minlength=len(in_cols)) != 1).any():
+            return None
+        backward = np.empty(len(in_cols), dtype=np.int64)
+        backward[used] = np.repeat(np.arange(num_out, dtype=np.int64), num_found)
+        forward = list(zip(first.tolist(), (first + num_found).tolist()))
+        return StatisticsExtractionComponentPrecomputedIndexes(
+            forward, num_found.astype(_F32), backward.tolist() if need_backprop else [])
+
+    def _precompute_indexes_loop(self, input_indexes: list, output_indexes: list,
+                                 need_backprop: bool
+                                 ) -> StatisticsExtractionComponentPrecomputedIndexes:
         pos_of = {Index(*i): p for p, i in enumerate(input_indexes)}
         forward: list[tuple[int, int]] = []
         counts = np.zeros(len(output_indexes), dtype=_F32)
@@ -542,14 +618,15 @@ class StatisticsPoolingComponent(Component):
         if t % self.input_period != 0:
             raise ValueError(f"StatisticsPoolingComponent: output t={t} is not a multiple "
                              f"of input-period {self.input_period}")
-        return [Index(n, s, x) for s in self._input_ts(t)]
+        return list(_indexes_at_times(n, self._input_ts(t), x))
 
     def is_computable(self, misc_info: Any, output_index, input_index_set) -> tuple[bool, list]:
         n, t, x = output_index
         # Outputs exist only at multiples of the input period.
         if t % self.input_period != 0:
             return False, []
-        used = [i for i in (Index(n, s, x) for s in self._input_ts(t)) if i in input_index_set]
+        used = list(filter(input_index_set.__contains__,
+                           _indexes_at_times(n, self._input_ts(t), x)))
         return bool(used), used
 
     def reorder_indexes(self, input_indexes: list, output_indexes: list) -> tuple[list, list]:
@@ -557,6 +634,63 @@ class StatisticsPoolingComponent(Component):
 
     def precompute_indexes(self, misc_info: Any, input_indexes: list, output_indexes: list,
                            need_backprop: bool) -> StatisticsPoolingComponentPrecomputedIndexes:
+        fast = self._precompute_indexes_arrays(index_columns(input_indexes),
+                                               index_columns(output_indexes), need_backprop)
+        if fast is not None:
+            return fast
+        # Something irregular: the loop below finds it and says what.
+        return self._precompute_indexes_loop(input_indexes, output_indexes, need_backprop)
+
+    def _precompute_indexes_arrays(self, in_cols: np.ndarray, out_cols: np.ndarray,
+                                   need_backprop: bool
+                                   ) -> StatisticsPoolingComponentPrecomputedIndexes | None:
+        """The usual case (inputs sorted on n, x, t, all at multiples of the
+        input period; outputs whose input ranges advance with them) as array
+        operations: each output pools one run of input rows, and each input
+        row feeds one run of outputs.  None if the case is not that."""
+        num_in, num_out = len(in_cols), len(out_cols)
+        if num_in == 0 or num_out == 0:
+            return None
+        n, t, x = in_cols[:, 0], in_cols[:, 1], in_cols[:, 2]
+        nx = n * (1 << 32) + (x + (1 << 31))
+        if ((t == K_NO_TIME) | (t % self.input_period != 0)).any():
+            return None
+        # Strictly increasing in (n, x, t): sorted, no repeats.
+        if num_in > 1 and not ((nx[1:] > nx[:-1]) | ((nx[1:] == nx[:-1]) & (t[1:] > t[:-1]))).all():
+            return None
+        group_start = np.concatenate([[True], nx[1:] != nx[:-1]])
+        group_keys = nx[group_start]
+        group = np.cumsum(group_start) - 1
+        t_min = int(t.min())
+        span = int(t.max()) - t_min + 1
+        mul = span + 1
+        keys = group * mul + (t - t_min)
+        out_nx = out_cols[:, 0] * (1 << 32) + (out_cols[:, 2] + (1 << 31))
+        g = np.searchsorted(group_keys, out_nx)
+        g_ok = np.minimum(g, len(group_keys) - 1)
+        if not (group_keys[g_ok] == out_nx).all():
+            return None             # an output with no inputs at all
+        t_out = out_cols[:, 1]
+        if ((t_out - self.left_context) % self.input_period != 0).any():
+            return None
+        lo = np.searchsorted(keys, g_ok * mul + np.clip(t_out - self.left_context - t_min,
+                                                        0, span))
+        hi = np.searchsorted(keys, g_ok * mul + np.clip(t_out + self.right_context + 1 - t_min,
+                                                        0, span))
+        if (lo >= hi).any() or (np.diff(lo) < 0).any() or (np.diff(hi) < 0).any():
+            return None
+        rows = np.arange(num_in)
+        first_out = np.searchsorted(hi, rows, side="right")
+        end_out = np.searchsorted(lo, rows, side="right")
+        if (first_out >= end_out).any():
+            return None             # an input no output uses
+        forward = list(zip(lo.tolist(), hi.tolist()))
+        backward = list(zip(first_out.tolist(), end_out.tolist())) if need_backprop else []
+        return StatisticsPoolingComponentPrecomputedIndexes(forward, backward)
+
+    def _precompute_indexes_loop(self, input_indexes: list, output_indexes: list,
+                                 need_backprop: bool
+                                 ) -> StatisticsPoolingComponentPrecomputedIndexes:
         pos_of = {Index(*i): p for p, i in enumerate(input_indexes)}
         forward: list[tuple[int, int]] = []
         backward = [[-1, -1] for _ in input_indexes]

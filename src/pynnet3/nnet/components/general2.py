@@ -15,7 +15,7 @@ import numpy as np
 
 from ...kaldi_io import KaldiReader, KaldiWriter
 from ..config_line import ConfigLine
-from ..index import Index
+from ..index import Index, first_appearance_numbers, index_columns
 from .base import (Component, Prop, UpdatableComponent, fmt_bool, fmt_g, print_parameter_stats,
                    randn, register, reshape_rows, rng)
 from .natural_gradient import OnlineNaturalGradient
@@ -432,25 +432,23 @@ class GeneralDropoutComponent(RandomComponent):
 
     def precompute_indexes(self, misc_info: Any, input_indexes: list, output_indexes: list,
                            need_backprop: bool) -> GeneralDropoutComponentPrecomputedIndexes:
-        if list(input_indexes) != list(output_indexes):
+        in_cols, out_cols = index_columns(input_indexes), index_columns(output_indexes)
+        if in_cols.shape != out_cols.shape or not np.array_equal(in_cols, out_cols):
             raise RuntimeError("GeneralDropoutComponent: input and output indexes differ")
         # One mask row per (n, t // time-period) in order of first appearance
         # (t is ignored when time-period is 0); x never matters.
-        row_of: dict[tuple[int, int], int] = {}
-        rows = []
-        for n, t, _x in input_indexes:
-            key = (n, 0 if self.time_period == 0 else t // self.time_period)
-            row = row_of.get(key)
-            if row is None:
-                row = row_of[key] = len(row_of)
-            rows.append(row)
+        keys = np.zeros((len(in_cols), 2), dtype=np.int64)
+        keys[:, 0] = in_cols[:, 0]
+        if self.time_period != 0:
+            keys[:, 1] = in_cols[:, 1] // self.time_period
+        num_mask_rows, rows = first_appearance_numbers(keys)
         multiple = self.dim // self.block_dim
         if multiple == 1:
-            return GeneralDropoutComponentPrecomputedIndexes(len(row_of), rows)
+            return GeneralDropoutComponentPrecomputedIndexes(num_mask_rows, rows.tolist())
         # With blocks, each data row becomes `multiple` rows of block-dim that
         # share its mask row.
-        repeated = [row for row in rows for _ in range(multiple)]
-        return GeneralDropoutComponentPrecomputedIndexes(len(row_of) * multiple, repeated)
+        return GeneralDropoutComponentPrecomputedIndexes(num_mask_rows * multiple,
+                                                         np.repeat(rows, multiple).tolist())
 
     def _get_memo(self, num_mask_rows: int) -> np.ndarray:
         """The random mask, num_mask_rows x block_dim."""

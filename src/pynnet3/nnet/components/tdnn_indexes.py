@@ -1,0 +1,180 @@
+"""The regular index structure of TdnnComponent (Kaldi's
+ConvolutionComputationIo and the time-grid helpers of nnet-tdnn-component.cc):
+which (n, x) images and which grid of t values a step's indexes cover, and
+the step's indexes laid out on that grid (t-major, blanks where an index is
+missing).
+
+Everything works on int64 index columns (n, t, x), so a step of 100k rows
+costs a few array operations; the functions accept lists of Indexes or
+array-backed lists alike (:func:`~pynnet3.nnet.index.index_columns`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..index import K_NO_TIME, Index, index_columns, indexes_from_columns
+
+@dataclass
+class ComputationIo:
+    """Kaldi's ConvolutionComputationIo: the regular grid covering the indexes."""
+
+    num_images: int = 0
+    start_t_in: int = 0
+    t_step_in: int = 0
+    num_t_in: int = 0
+    start_t_out: int = 0
+    t_step_out: int = 0
+    num_t_out: int = 0
+    reorder_t_in: int = 1
+
+
+# The helpers below work on int64 index columns (n, t, x), so that a step of
+# 100k rows costs a few array operations; they accept lists of Indexes or
+# array-backed lists alike (:func:`index_columns`).
+
+_NX_SHIFT = 1 << 32
+_NX_BIAS = 1 << 31
+
+
+def _nx_keys(columns: np.ndarray) -> np.ndarray:
+    """One int64 per (n, x) whose numeric order is the (n, x) tuple order."""
+    return columns[:, 0] * _NX_SHIFT + (columns[:, 2] + _NX_BIAS)
+
+
+def _nx_from_keys(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    n = keys // _NX_SHIFT
+    return n, keys - n * _NX_SHIFT - _NX_BIAS
+
+
+def get_nx_list(indexes: list) -> list[tuple[int, int]]:
+    """Sorted distinct (n, x) pairs (blank indexes included, as in Kaldi)."""
+    n, x = _nx_from_keys(np.unique(_nx_keys(index_columns(indexes))))
+    return list(zip(n.tolist(), x.tolist()))
+
+
+def _t_values(columns: np.ndarray) -> np.ndarray:
+    t = columns[:, 1]
+    return np.unique(t[t != K_NO_TIME])
+
+
+def get_t_list(indexes: list) -> list[int]:
+    """Sorted distinct t values, ignoring kNoTime."""
+    return _t_values(index_columns(indexes)).tolist()
+
+
+def regularize_t_list(t_values: Any) -> tuple[int, int, int]:
+    """(start, step, count): the smallest arithmetic grid containing t_values
+    (sorted and distinct)."""
+    t = np.asarray(t_values, dtype=np.int64)
+    if t.size == 0:
+        raise ValueError("no t values (all indexes blank?)")
+    start = int(t[0])
+    step = int(np.gcd.reduce(np.diff(t))) if t.size > 1 else 0
+    if step == 0:
+        return start, 0, 1
+    return start, step, 1 + (int(t[-1]) - start) // step
+
+
+def _computation_io(in_cols: np.ndarray, out_cols: np.ndarray,
+                    in_keys: np.ndarray | None = None) -> tuple[ComputationIo, np.ndarray]:
+    """The ComputationIo and the sorted distinct (n, x) keys of the input
+    (``in_keys``: the input's (n, x) keys, if already made)."""
+    nx = np.unique(_nx_keys(in_cols) if in_keys is None else in_keys)
+    if nx.size == 0:
+        raise ValueError("empty input indexes")
+    io = ComputationIo(num_images=int(nx.size))
+    io.start_t_in, io.t_step_in, io.num_t_in = regularize_t_list(_t_values(in_cols))
+    io.start_t_out, io.t_step_out, io.num_t_out = regularize_t_list(_t_values(out_cols))
+    io.reorder_t_in = 1
+    return io, nx
+
+
+def get_computation_io(input_indexes: list, output_indexes: list) -> ComputationIo:
+    return _computation_io(index_columns(input_indexes), index_columns(output_indexes))[0]
+
+
+def _grid_columns(nx: np.ndarray, t_start: int, t_step: int, num_t_values: int,
+                  reorder_t: int, ref: np.ndarray | None = None,
+                  ref_keys: np.ndarray | None = None) -> np.ndarray:
+    """Indexes on a grid as columns; t has the largest stride, except that
+    with reorder_t > 1 each block of reorder_t consecutive t values is
+    interleaved (t varies fastest inside a block).  ``nx``: (n, x) keys.
+    With ``ref`` (and its (n, x) keys), grid points not in ``ref`` get t =
+    kNoTime (Kaldi's blank padding indexes)."""
+    if reorder_t < 1 or num_t_values % reorder_t != 0 or t_step < 0:
+        raise ValueError("bad grid for index creation")
+    if t_step == 0:
+        if num_t_values != 1:
+            raise ValueError("t_step 0 with more than one t value")
+        t_step = 1
+    num_blocks, num_nx = num_t_values // reorder_t, len(nx)
+    n, x = _nx_from_keys(nx)
+    # Axes: block, (n, x) pair, position inside the block.
+    t = (t_start + t_step * (reorder_t * np.arange(num_blocks, dtype=np.int64)[:, None, None]
+                             + np.arange(reorder_t, dtype=np.int64)[None, None, :]))
+    out = np.empty((num_blocks, num_nx, reorder_t, 3), dtype=np.int64)
+    out[..., 0] = n[None, :, None]
+    out[..., 1] = t
+    out[..., 2] = x[None, :, None]
+    if ref is not None:
+        # Which grid points (t position, pair) the reference has.
+        t_off = ref[:, 1] - t_start
+        ti = t_off // t_step
+        p = np.minimum(np.searchsorted(nx, ref_keys), num_nx - 1)
+        on_grid = ((ref[:, 1] != K_NO_TIME) & (t_off % t_step == 0) & (ti >= 0)
+                   & (ti < num_t_values) & (nx[p] == ref_keys))
+        present = np.zeros(num_t_values * num_nx, dtype=bool)
+        present[ti[on_grid] * num_nx + p[on_grid]] = True
+        mask = present.reshape(num_blocks, reorder_t, num_nx).transpose(0, 2, 1)
+        out[..., 1][~mask] = K_NO_TIME
+    return out.reshape(-1, 3)
+
+
+def _create_indexes(nx_pairs: list[tuple[int, int]], t_start: int, t_step: int,
+                    num_t_values: int, reorder_t: int) -> list[Index]:
+    """Indexes on a grid (see :func:`_grid_columns`; (n, x) pairs as tuples)."""
+    pairs = np.asarray(nx_pairs, dtype=np.int64).reshape(-1, 2)
+    nx = pairs[:, 0] * _NX_SHIFT + (pairs[:, 1] + _NX_BIAS)
+    return indexes_from_columns(_grid_columns(nx, t_start, t_step, num_t_values, reorder_t))
+
+
+def _indexes_for_computation_columns(io: ComputationIo, nx: np.ndarray, in_cols: np.ndarray,
+                                     out_cols: np.ndarray, in_keys: np.ndarray | None = None
+                                     ) -> tuple[np.ndarray, np.ndarray]:
+    if len(nx) != io.num_images:
+        raise ValueError("(n, x) pairs changed")
+    if in_keys is None:
+        in_keys = _nx_keys(in_cols)
+    new_in = _grid_columns(nx, io.start_t_in, io.t_step_in, io.num_t_in, io.reorder_t_in,
+                           in_cols, in_keys)
+    new_out = _grid_columns(nx, io.start_t_out, io.t_step_out, io.num_t_out, 1,
+                            out_cols, _nx_keys(out_cols))
+    return new_in, new_out
+
+
+def get_indexes_for_computation(io: ComputationIo, orig_input: list,
+                                orig_output: list) -> tuple[list[Index], list[Index]]:
+    in_cols, out_cols = index_columns(orig_input), index_columns(orig_output)
+    nx = np.unique(_nx_keys(in_cols))
+    new_in, new_out = _indexes_for_computation_columns(io, nx, in_cols, out_cols)
+    return indexes_from_columns(new_in), indexes_from_columns(new_out)
+
+
+def _modify_computation_io(io: ComputationIo) -> None:
+    """Tdnn-specific fix-up: nonzero steps, and reorder_t_in for subsampling."""
+    if io.t_step_out == 0:
+        # A single output (or input) t: the step is a don't-care.
+        if io.t_step_in == 0:
+            io.t_step_in = 1
+        io.t_step_out = io.t_step_in
+    if io.t_step_in == 0 or io.t_step_out % io.t_step_in != 0:
+        raise ValueError(f"TdnnComponent: output t-step {io.t_step_out} is not a multiple of "
+                         f"input t-step {io.t_step_in}")
+    io.reorder_t_in = io.t_step_out // io.t_step_in
+    n = io.reorder_t_in
+    io.num_t_in = n * ((io.num_t_in + n - 1) // n)
+
+

@@ -1,0 +1,473 @@
+"""How each command accesses the computation's submatrices, as arrays (the
+core of Kaldi's ComputeCommandAttributes and ComputeMatrixAccesses, kept
+beside analyze.py for size; use it through :mod:`.analyze`).
+
+Commands are handled per command type on the command table (one int array
+of every command's type and arguments), so a computation of thousands of
+commands is turned into (command, submatrix, access) records by a few
+dozen array operations.  Where that finds an argument out of range, the
+command-by-command loop runs instead, to name the first bad command.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..compile.computation import ARG_ROLES, CommandType, NnetComputation, Role
+from ..errors import ComputationCheckError
+from ..nnet.components.base import Prop
+from ..nnet.properties_cache import nnet_component_properties
+from .analyze import (_R, _RW, _W, CommandAttributes, ComputationVariables, MatrixAccesses,
+                      _merge_records, command_error)
+
+_P_BACKPROP_ADDS = int(Prop.BACKPROP_ADDS)
+_P_PROPAGATE_ADDS = int(Prop.PROPAGATE_ADDS)
+_P_UPDATABLE = int(Prop.UPDATABLE)
+
+
+# ---------------------------------------------------------------------------
+# Command attributes
+# ---------------------------------------------------------------------------
+
+_ROLE_FLAG = {Role.SUBMATRIX_READ: _R, Role.SUBMATRIX_MAYBE_READ: _R,
+              Role.SUBMATRIX_WRITE: _W, Role.SUBMATRIX_RW: _RW, Role.SUBMATRIX_MAYBE_RW: _RW}
+
+# Where Kaldi's analysis is finer than the shape ARG_ROLES gives (keys:
+# command type, 1-based argument).  Values: a fixed flag, None (no access:
+# alloc/swap leave contents undefined), or the name of a rule below.
+_ACCESS_OVERRIDES: dict[tuple[CommandType, int], int | str | None] = {
+    (CommandType.SWAP_MATRIX, 1): None,
+    (CommandType.SWAP_MATRIX, 2): None,
+    (CommandType.PROPAGATE, 4): "propagate-output",           # W, or RW if it adds
+    (CommandType.BACKPROP, 6): "backprop-in-deriv",           # W, or RW if it adds
+    (CommandType.BACKPROP_NO_MODEL_UPDATE, 6): "backprop-in-deriv",
+    (CommandType.COPY_ROWS, 1): "copy-rows-dest",             # W, or RW if any -1
+    (CommandType.COPY_ROWS_MULTI, 1): _W,                     # rows without source get zero
+    (CommandType.DECOMPRESS_MATRIX, 1): _W,
+}
+
+# Access to the submatrices listed in an indexes_multi table.
+_MULTI_FLAG = {CommandType.ADD_ROWS_MULTI: _R, CommandType.COPY_ROWS_MULTI: _R,
+               CommandType.ADD_TO_ROWS_MULTI: _RW, CommandType.COPY_TO_ROWS_MULTI: _RW}
+
+
+def _build_plans() -> dict[CommandType, list[tuple[int, int | str]]]:
+    """Per command type: (0-based argument, flag or rule) of each access."""
+    plans: dict[CommandType, list[tuple[int, int | str]]] = {}
+    for t, roles in ARG_ROLES.items():
+        plan: list[tuple[int, int | str]] = []
+        for i, role in enumerate(roles):
+            how: int | str | None
+            if (t, i + 1) in _ACCESS_OVERRIDES:
+                how = _ACCESS_OVERRIDES[(t, i + 1)]
+            elif role is Role.INDEXES_MULTI:
+                how = "multi"
+            else:
+                how = _ROLE_FLAG.get(role)
+            if how is not None:
+                plan.append((i, how))
+        plans[t] = plan
+    return plans
+
+
+_PLANS = _build_plans()
+
+
+def _per_command(cmd: np.ndarray, item: np.ndarray, num_commands: int) -> list[list[int]]:
+    """Split items (sorted by command) into one list per command."""
+    bounds = np.searchsorted(cmd, np.arange(num_commands + 1)).tolist()
+    items = item.tolist()
+    return [items[bounds[c]:bounds[c + 1]] for c in range(num_commands)]
+
+
+class _Records:
+    """(command, submatrix, flag) records of every submatrix access."""
+
+    def __init__(self) -> None:
+        self.cmd: list[int] = []
+        self.sub: list[int] = []
+        self.flag: list[int] = []
+
+    def add(self, c: int, s: int, f: int) -> None:
+        if s != 0:
+            self.cmd.append(c)
+            self.sub.append(s)
+            self.flag.append(f)
+
+
+def _submatrix_access_records_loop(nnet: Any, computation: NnetComputation,
+                                   side_effects: list[bool]) -> _Records:
+    """The per-command loop: each command's submatrix accesses, with Kaldi's
+    property- and index-dependent refinements.  :func:`_submatrix_access_records`
+    does the same on arrays; this version runs when that one finds a bad
+    argument, so that the error names the first bad command."""
+    rec = _Records()
+    components = nnet.components if nnet is not None else []
+    props_cache: dict[int, int] = {}
+
+    def props(c: int, comp: int) -> int:
+        p = props_cache.get(comp)
+        if p is None:
+            if not 0 <= comp < len(components):
+                raise command_error(computation, nnet, c, f"component index {comp} out of range")
+            p = props_cache[comp] = int(components[comp].properties())
+        return p
+
+    minus_one: dict[int, bool] = {}
+    multi_subs: dict[int, list[int]] = {}
+    for c, command in enumerate(computation.commands):
+        t = command.command_type
+        args = command.args
+        for pos, how in _PLANS[t]:
+            s = args[pos]
+            if isinstance(how, int):
+                rec.add(c, s, how)
+            elif how == "propagate-output":
+                rec.add(c, s, _RW if props(c, args[0]) & _P_PROPAGATE_ADDS else _W)
+            elif how == "backprop-in-deriv":
+                rec.add(c, s, _RW if props(c, args[0]) & _P_BACKPROP_ADDS else _W)
+            elif how == "copy-rows-dest":
+                k = args[2]
+                if k not in minus_one:
+                    if not 0 <= k < len(computation.indexes):
+                        raise command_error(computation, nnet, c, f"indexes index {k} out of range")
+                    minus_one[k] = bool((computation.indexes[k] == -1).any())
+                rec.add(c, s, _RW if minus_one[k] else _W)
+            else:  # "multi": the submatrices named in an indexes_multi table
+                if s not in multi_subs:
+                    if not 0 <= s < len(computation.indexes_multi):
+                        raise command_error(computation, nnet, c,
+                                            f"indexes_multi index {s} out of range")
+                    u = np.unique(computation.indexes_multi[s][:, 0])
+                    multi_subs[s] = u[u != -1].tolist()
+                flag = _MULTI_FLAG[t]
+                for sub in multi_subs[s]:
+                    rec.add(c, sub, flag)
+        if t is CommandType.BACKPROP and props(c, args[0]) & _P_UPDATABLE:
+            side_effects[c] = True
+    return rec
+
+
+_T_BACKPROP = int(CommandType.BACKPROP)
+# Per command type value: (0-based argument, flag or rule) of each access.
+_PLAN_LIST: list[list[tuple[int, int | str]]] = [
+    _PLANS.get(CommandType(v), []) for v in range(len(CommandType))]
+
+
+class _BadArgument(Exception):
+    """Raised inside the array version when an argument is out of range."""
+
+
+def _component_properties(nnet: Any, component_indexes: np.ndarray,
+                          cache: dict[str, np.ndarray]) -> np.ndarray:
+    """Property flags (int64) of the given component indexes (``cache``
+    keeps the flags of all components, fetched on first use)."""
+    if len(component_indexes) == 0:
+        return np.zeros(0, dtype=np.int64)
+    flags = cache.get("all")
+    if flags is None:
+        flags = cache["all"] = np.array(
+            nnet_component_properties(nnet) if nnet is not None else [], dtype=np.int64)
+    if component_indexes.min() < 0 or component_indexes.max() >= len(flags):
+        raise _BadArgument()
+    return flags[component_indexes]
+
+
+def _submatrix_access_records(nnet: Any, computation: NnetComputation,
+                              table: np.ndarray | None = None
+                              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every command's submatrix accesses as arrays (command, submatrix,
+    flag), in no particular order, and the commands with side effects (a
+    bool array).  Works per command type on the command table."""
+    commands = computation.commands
+    num_commands = len(commands)
+    if table is None:
+        table = computation.command_table()
+    side_effects = np.zeros(num_commands, dtype=bool)
+    props_cache: dict[str, np.ndarray] = {}
+    try:
+        cmd_parts: list[np.ndarray] = []
+        sub_parts: list[np.ndarray] = []
+        flag_parts: list[np.ndarray] = []
+        types = table[:, 0]
+        order = np.argsort(types, kind="stable")
+        bounds = np.searchsorted(types[order], np.arange(len(_PLAN_LIST) + 1)).tolist()
+        if num_commands and (types[order[0]] < 0 or types[order[-1]] >= len(_PLAN_LIST)):
+            raise _BadArgument()
+        for t, plan in enumerate(_PLAN_LIST):
+            lo, hi = bounds[t], bounds[t + 1]
+            if lo == hi:
+                continue
+            sel = order[lo:hi]
+            rows = table[sel]
+            if t == _T_BACKPROP:
+                props = _component_properties(nnet, rows[:, 1], props_cache)
+                side_effects[sel[(props & _P_UPDATABLE) != 0]] = True
+            for pos, how in plan:
+                s = rows[:, pos + 1]
+                if isinstance(how, int):
+                    f = np.full(len(sel), how, dtype=np.int64)
+                elif how == "propagate-output" or how == "backprop-in-deriv":
+                    bit = _P_PROPAGATE_ADDS if how == "propagate-output" else _P_BACKPROP_ADDS
+                    props = _component_properties(nnet, rows[:, 1], props_cache)
+                    f = np.where((props & bit) != 0, _RW, _W)
+                elif how == "copy-rows-dest":
+                    k = rows[:, 3]
+                    if len(k) and (k.min() < 0 or k.max() >= len(computation.indexes)):
+                        raise _BadArgument()
+                    unique, inverse = np.unique(k, return_inverse=True)
+                    has = np.array([bool((computation.indexes[i] == -1).any())
+                                    for i in unique.tolist()], dtype=bool)
+                    f = np.where(has[inverse.reshape(-1)], _RW, _W)
+                else:  # "multi": the submatrices named in an indexes_multi table
+                    if len(s) and (s.min() < 0 or s.max() >= len(computation.indexes_multi)):
+                        raise _BadArgument()
+                    unique, inverse = np.unique(s, return_inverse=True)
+                    lists = []
+                    for i in unique.tolist():
+                        u = np.unique(computation.indexes_multi[i][:, 0])
+                        lists.append(u[u != -1].astype(np.int64))
+                    lengths = np.array([len(x) for x in lists], dtype=np.int64)[inverse.reshape(-1)]
+                    offsets = np.zeros(len(lists) + 1, dtype=np.int64)
+                    np.cumsum([len(x) for x in lists], out=offsets[1:])
+                    flat = np.concatenate(lists) if lists else np.zeros(0, dtype=np.int64)
+                    start = np.repeat(offsets[inverse.reshape(-1)], lengths)
+                    within = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(
+                        np.cumsum(lengths) - lengths, lengths)
+                    cmd_parts.append(np.repeat(sel, lengths))
+                    sub_parts.append(flat[start + within])
+                    flag_parts.append(np.full(int(lengths.sum()), _MULTI_FLAG[CommandType(t)],
+                                              dtype=np.int64))
+                    continue
+                keep = s != 0
+                cmd_parts.append(sel[keep])
+                sub_parts.append(s[keep])
+                flag_parts.append(f[keep])
+    except _BadArgument:
+        # Let the per-command loop find and name the first bad command.
+        _submatrix_access_records_loop(nnet, computation, [False] * num_commands)
+        raise ComputationCheckError("bad command argument (not located)") from None
+    if not cmd_parts:
+        e = np.zeros(0, dtype=np.int64)
+        return e, e, e, side_effects
+    cmd = np.concatenate(cmd_parts).astype(np.int64, copy=False)
+    sub = np.concatenate(sub_parts).astype(np.int64, copy=False)
+    flag = np.concatenate(flag_parts).astype(np.int64, copy=False)
+    num_submatrices = len(computation.submatrices)
+    bad = (sub < 0) | (sub >= num_submatrices)
+    if bad.any():
+        # The first bad record in command order, as the loop would find it.
+        first = np.lexsort((np.arange(len(cmd)), cmd))
+        i = int(first[np.flatnonzero(bad[first])[0]])
+        raise command_error(computation, nnet, int(cmd[i]), f"submatrix index {sub[i]} out of range")
+    return cmd, sub, flag, side_effects
+
+
+@dataclass(slots=True)
+class _AccessArrays:
+    """Merged accesses as arrays: (command, item, flag) sorted by command, item."""
+
+    cmd: np.ndarray
+    item: np.ndarray
+    flag: np.ndarray
+
+
+class CommandAttributesList(Sequence):
+    """The :class:`CommandAttributes` of every command, built on first use.
+
+    Holds the merged access arrays; ``attributes[c]`` makes (and caches) the
+    record of command c.  Passes ask about a few commands, so building all
+    of them (six lists per command) up front was most of the analysis time.
+    Compares equal to a list of the same records.
+    """
+
+    __slots__ = ("_num", "_arrays", "_bounds", "_side_effects", "_cache")
+
+    def __init__(self, num_commands: int, arrays: Sequence[_AccessArrays],
+                 side_effects: np.ndarray) -> None:
+        self._num = num_commands
+        # For variables, submatrices and matrices: (items read, bounds per
+        # command, items written, bounds per command).
+        self._arrays: list[tuple[np.ndarray, np.ndarray]] = []
+        probe = np.arange(num_commands + 1)
+        for a in arrays:
+            for bit in (_R, _W):
+                sel = (a.flag & bit) != 0
+                self._arrays.append((a.item[sel], np.searchsorted(a.cmd[sel], probe)))
+        self._side_effects = side_effects
+        self._cache: list[CommandAttributes | None] = [None] * num_commands
+
+    def __len__(self) -> int:
+        return self._num
+
+    def _make(self, c: int) -> CommandAttributes:
+        lists = [items[b[c]:b[c + 1]].tolist() for items, b in self._arrays]
+        return CommandAttributes(*lists, has_side_effects=bool(self._side_effects[c]))
+
+    def __getitem__(self, c):  # type: ignore[override]
+        if isinstance(c, slice):
+            return [self[i] for i in range(*c.indices(self._num))]
+        if c < 0:
+            c += self._num
+        if not 0 <= c < self._num:
+            raise IndexError("command index out of range")
+        ans = self._cache[c]
+        if ans is None:
+            ans = self._cache[c] = self._make(c)
+        return ans
+
+    def __iter__(self):
+        for c in range(self._num):
+            yield self[c]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (list, tuple, CommandAttributesList)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"CommandAttributesList(len={self._num})"
+
+
+def _command_access_arrays(nnet: Any, computation: NnetComputation,
+                           variables: ComputationVariables, table: np.ndarray | None = None
+                           ) -> tuple[_AccessArrays, _AccessArrays, _AccessArrays, np.ndarray]:
+    """Merged (command, item, flag) arrays for variables, submatrices and
+    matrices, and the side-effect flags of the commands."""
+    cmd, sub, flag, side_effects = _submatrix_access_records(nnet, computation, table)
+    num_submatrices = len(computation.submatrices)
+    v = variables
+    # Variables: expand every record to the variables of its submatrix.
+    counts = v.variables_offsets[sub + 1] - v.variables_offsets[sub]
+    total = int(counts.sum())
+    first = np.repeat(v.variables_offsets[sub] - (np.cumsum(counts) - counts), counts)
+    var_items = v.variables_flat[first + np.arange(total, dtype=np.int64)]
+    var = _AccessArrays(*_merge_records(np.repeat(cmd, counts), var_items,
+                                        np.repeat(flag, counts), v.num_variables))
+    subm = _AccessArrays(*_merge_records(cmd, sub, flag, num_submatrices))
+    # Matrices: a write to only part of a matrix is also a read of it.
+    partial_write = (flag == _W) & ~v.submatrix_is_whole_matrix[sub]
+    mflag = np.where(partial_write, _RW, flag)
+    mat = _AccessArrays(*_merge_records(cmd, v.submatrix_to_matrix[sub], mflag,
+                                        len(computation.matrices)))
+    return var, subm, mat, side_effects
+
+
+_T_ALLOC_MATRIX = int(CommandType.ALLOC_MATRIX)
+_T_SWAP_MATRIX = int(CommandType.SWAP_MATRIX)
+_T_DEALLOC_MATRIX = int(CommandType.DEALLOC_MATRIX)
+_T_ACCEPT_INPUT = int(CommandType.ACCEPT_INPUT)
+_T_PROVIDE_OUTPUT = int(CommandType.PROVIDE_OUTPUT)
+_LIFETIME_TYPES = np.array([CommandType.ALLOC_MATRIX, CommandType.SWAP_MATRIX,
+                            CommandType.DEALLOC_MATRIX, CommandType.ACCEPT_INPUT,
+                            CommandType.PROVIDE_OUTPUT], dtype=np.int64)
+
+
+def _matrix_lifetimes(table: np.ndarray, variables: ComputationVariables, num_matrices: int
+                      ) -> tuple[list[int], list[int], list[bool], list[bool]] | None:
+    """Per matrix: the allocating and deallocating commands (-1 if none) and
+    whether it is an input / output, from the command table; None if some
+    command breaks the rules (not a whole matrix, allocated or freed twice)."""
+    rows = np.flatnonzero(np.isin(table[:, 0], _LIFETIME_TYPES))
+    types, arg1, arg2 = table[rows, 0], table[rows, 1], table[rows, 2]
+    whole = variables.submatrix_is_whole_matrix
+    swap = types == _T_SWAP_MATRIX
+    subs = np.concatenate([arg1, arg2[swap]])
+    if len(subs) and ((subs <= 0) | (subs >= len(whole))).any():
+        return None
+    if not whole[subs].all():
+        return None
+    to_matrix = variables.submatrix_to_matrix
+    m1 = to_matrix[arg1]
+    alloc = np.full(num_matrices, -1, dtype=np.int64)
+    dealloc = np.full(num_matrices, -1, dtype=np.int64)
+    # Allocation: AllocMatrix, SwapMatrix (first argument) and the first
+    # AcceptInput of a matrix; an AllocMatrix or SwapMatrix must be the
+    # first of these for its matrix.
+    is_accept = types == _T_ACCEPT_INPUT
+    creates = (types == _T_ALLOC_MATRIX) | swap | is_accept
+    cm, cc, c_accept = m1[creates], rows[creates], is_accept[creates]
+    rank = _occurrence_rank(cm)
+    if (~c_accept & (rank > 0)).any():
+        return None
+    alloc[cm[rank == 0]] = cc[rank == 0]
+    # Deallocation: DeallocMatrix, SwapMatrix (second argument); at most one.
+    frees = types == _T_DEALLOC_MATRIX
+    dm = np.concatenate([m1[frees], to_matrix[arg2[swap]]])
+    if len(np.unique(dm)) != len(dm):
+        return None
+    dealloc[dm] = np.concatenate([rows[frees], rows[swap]])
+    is_input = np.zeros(num_matrices, dtype=bool)
+    is_input[m1[is_accept]] = True
+    is_output = np.zeros(num_matrices, dtype=bool)
+    is_output[m1[types == _T_PROVIDE_OUTPUT]] = True
+    return alloc.tolist(), dealloc.tolist(), is_input.tolist(), is_output.tolist()
+
+
+def _occurrence_rank(keys: np.ndarray) -> np.ndarray:
+    """For each element, how many earlier elements have the same key."""
+    if len(keys) == 0:
+        return np.zeros(0, dtype=np.int64)
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    starts = np.ones(len(keys), dtype=bool)
+    starts[1:] = sorted_keys[1:] != sorted_keys[:-1]
+    group_start = np.maximum.accumulate(np.where(starts, np.arange(len(keys)), 0))
+    rank = np.empty(len(keys), dtype=np.int64)
+    rank[order] = np.arange(len(keys)) - group_start
+    return rank
+
+
+def _matrix_lifetimes_loop(nnet: Any, computation: NnetComputation,
+                           variables: ComputationVariables, table: np.ndarray,
+                           ans: list[MatrixAccesses]) -> None:
+    """What :func:`_matrix_lifetimes` computes, command by command, raising
+    at the first command that breaks the rules."""
+    subs = computation.submatrices
+    whole = variables.submatrix_is_whole_matrix
+    num_subs = len(whole)
+
+    def whole_matrix(c: int, s: int) -> int:
+        if not 0 < s < num_subs or not whole[s]:
+            raise command_error(computation, nnet, c, "command does not operate on a whole matrix")
+        return subs[s].matrix_index
+
+    T = CommandType
+    interesting = np.flatnonzero(np.isin(table[:, 0], _LIFETIME_TYPES))
+    rows = table[interesting]
+    for c, t, arg1, arg2 in zip(interesting.tolist(), rows[:, 0].tolist(), rows[:, 1].tolist(),
+                                rows[:, 2].tolist()):
+        if t == T.ALLOC_MATRIX or t == T.SWAP_MATRIX:
+            m = whole_matrix(c, arg1)
+            if ans[m].allocate_command != -1:
+                raise command_error(computation, nnet, c, f"matrix m{m} is initialized twice "
+                                    f"(first by c{ans[m].allocate_command})")
+            ans[m].allocate_command = c
+            if t == T.SWAP_MATRIX:
+                m2 = whole_matrix(c, arg2)
+                if ans[m2].deallocate_command != -1:
+                    raise command_error(computation, nnet, c, f"matrix m{m2} is destroyed twice "
+                                        f"(first by c{ans[m2].deallocate_command})")
+                ans[m2].deallocate_command = c
+        elif t == T.DEALLOC_MATRIX:
+            m = whole_matrix(c, arg1)
+            if ans[m].deallocate_command != -1:
+                raise command_error(computation, nnet, c, f"matrix m{m} is destroyed twice "
+                                    f"(first by c{ans[m].deallocate_command})")
+            ans[m].deallocate_command = c
+        elif t == T.ACCEPT_INPUT:
+            m = whole_matrix(c, arg1)
+            ans[m].is_input = True
+            # Accepting the same matrix again just re-allocates it; the first
+            # acceptance counts as the allocation.
+            if ans[m].allocate_command == -1:
+                ans[m].allocate_command = c
+        else:  # PROVIDE_OUTPUT
+            m = whole_matrix(c, arg1)
+            ans[m].is_output = True
+
+
