@@ -21,6 +21,12 @@ provides one (the header says which).
 
 Usage:  python bench/compile.py [final.mdl] [--runs 3] [--max-seconds 20]
             [--no-configs] [--only NAME] [--skip NAME] [--no-shortcut-off] [--hits-only]
+            [--random]
+
+With ``--random`` it instead times each ``reference/random/NNN`` network on the
+request Kaldi compiled (shortcut on, fresh compiler per run) against the
+``compile_optimize_ms`` Kaldi wrote in its ``stats.txt``, and prints the ratio
+per seed and their geometric mean / worst.
 """
 from __future__ import annotations
 
@@ -157,6 +163,42 @@ def load_models(args: argparse.Namespace) -> list[tuple[str, object, bool]]:
     return models
 
 
+def random_bench(runs: int, only: str) -> int:
+    """Kaldi's own random networks on their own requests, against stats.txt."""
+    import math
+
+    from pynnet3.compile.request_io import read_request_file
+    from pynnet3.nnet.model_io import read_nnet
+
+    root = REFERENCE / "random"
+    if not root.is_dir():
+        print("# reference/random not found; nothing to do")
+        return 0
+    print(f"# pynnet3 {__version__}: reference/random/* on Kaldi's request, shortcut on; "
+          "kaldi_ms from stats.txt (compile+optimize)")
+    print(f"{'seed':6s} {'pynnet3_ms':>11s} {'kaldi_ms':>9s} {'ratio':>7s} "
+          f"{'commands py/kaldi':>18s}")
+    ratios = []
+    for seed_dir in sorted(p for p in root.iterdir() if (p / "stats.txt").is_file()):
+        if only and only not in seed_dir.name:
+            continue
+        stats = dict(line.split("#")[0].split(None, 1) for line in
+                     (seed_dir / "stats.txt").read_text().splitlines() if line.strip())
+        nnet = read_nnet(str(seed_dir / "final.raw"))
+        request = read_request_file(str(seed_dir / "request.kaldi-text"))
+        ms, cmds, _mats, _ = time_compile(nnet, request, True, runs, 1e9)
+        kms = float(stats["compile_optimize_ms"])
+        ratios.append(ms / kms)
+        counts = f"{cmds}/{stats['num_commands'].strip()}"
+        print(f"{seed_dir.name:6s} {ms:11.1f} {kms:9.1f} {ms / kms:6.1f}x {counts:>18s}",
+              flush=True)
+    if ratios:
+        geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+        print(f"# {len(ratios)} networks: geometric-mean ratio {geo:.2f}x, worst "
+              f"{max(ratios):.2f}x, {sum(r <= 1.5 for r in ratios)} within 1.5x")
+    return 0
+
+
 def fmt_ratio(ours: float, kaldi: float | None) -> str:
     return f"{ours / kaldi:.1f}x" if kaldi else "n/a"
 
@@ -176,7 +218,11 @@ def main() -> int:
                         help="skip the (slow) shortcut-off figures")
     parser.add_argument("--hits-only", action="store_true",
                         help="only the cache-hit figures (memory and disk)")
+    parser.add_argument("--random", action="store_true",
+                        help="time reference/random/* on their own requests against Kaldi")
     args = parser.parse_args()
+    if args.random:
+        return random_bench(args.runs, args.only)
 
     anchors = load_kaldi_anchors()
     optimized = optimizer_available()

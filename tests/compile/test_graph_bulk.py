@@ -346,3 +346,73 @@ def test_same_graph_on_vosk_model(vosk_mdl: Path):
     assert all(p.hook is None for p in BulkPlan(nnet).plans)
     request = build_request(nnet, 2, 150, need_model_derivative=True, context=(34, 34))
     assert _assert_same(nnet, request, "vosk")
+
+
+# Offsets in t, n and x, Round() and ReplaceIndex(): every op of the
+# compiled closure (graph_bulk_jit.py); no Switch(), so it applies.
+_PROGRAMS = """
+input-node name=input dim=2
+input-node name=ivector dim=2
+component name=a type=AffineComponent input-dim=6 output-dim=2
+component-node name=a component=a input=Append(Offset(input, -3), Round(Offset(input, 1), 2), \
+ReplaceIndex(ivector, t, 0))
+component name=b type=AffineComponent input-dim=4 output-dim=2
+component-node name=b component=b input=Append(IfDefined(Offset(a, 5)), Sum(Offset(a, -2), a))
+component name=c type=RectifiedLinearComponent dim=4
+component-node name=c component=c input=Append(Offset(b, 0, 0), Offset(a, 1))
+output-node name=output input=c
+"""
+
+
+@pytest.mark.parametrize("t_range,num_seq", [((-10, 30), 1), ((-10, 30), 3), ((-500, 700), 2)])
+def test_compiled_closure_equals_the_numpy_levels(t_range, num_seq):
+    from pynnet3.compile import graph_bulk_jit
+
+    nnet = _nnet(_PROGRAMS)
+    plan = BulkPlan(nnet)
+    assert plan.jit_tables is not None
+    request = ComputationRequest(
+        inputs=[IoSpecification("input", _frames(*t_range, num_seq)),
+                IoSpecification("ivector", [Index(n, 0, 0) for n in range(num_seq)])],
+        # Outputs spread out in t: the closure's box starts tight and must grow.
+        outputs=[IoSpecification("output", [Index(n, t, 0) for t in
+                                            range(t_range[0] + 8, t_range[1] - 8, 7)
+                                            for n in range(num_seq)])])
+    calls = []
+    real = graph_bulk_jit._closure
+
+    def spy(*args):
+        result = real(*args)
+        calls.append(int(result[0]))
+        return result
+    graph_bulk_jit._closure = spy
+    try:
+        fast = build_graph_bulk(plan, nnet, request)
+    finally:
+        graph_bulk_jit._closure = real
+    assert calls == [graph_bulk_jit.OK]
+    plan.jit_tables = None
+    slow = build_graph_bulk(plan, nnet, request)
+    assert fast is not None and slow is not None
+    for name in ("node", "n", "t", "x", "is_input", "dep_offsets", "dep_flat"):
+        a, b = getattr(fast.arrays, name), getattr(slow.arrays, name)
+        assert a.dtype == b.dtype and np.array_equal(a, b), name
+    assert np.array_equal(fast.expand_rank, slow.expand_rank)
+    # The lookup made on demand from the arrays agrees with the builder's.
+    a = slow.arrays
+    cols = [c.astype(np.int64) for c in (a.node, a.n, a.t, a.x)]
+    assert np.array_equal(fast.index.lookup(*cols), slow.index.lookup(*cols))
+    # And the whole builder (prune included) still equals the exact algorithm.
+    assert _assert_same(nnet, request, "programs")
+
+
+def test_compiled_closure_declines_a_missing_input_frame():
+    """An input frame the request lacks: the closure stops, and the graph is
+    the exact algorithm's (some outputs not computable)."""
+    nnet = _nnet(_PROGRAMS)
+    request = ComputationRequest(
+        inputs=[IoSpecification("input", _frames(0, 10)),
+                IoSpecification("ivector", [Index(0, 0, 0)])],
+        outputs=[IoSpecification("output", [Index(0, t, 0) for t in range(0, 10)])])
+    assert build_graph_bulk(BulkPlan(nnet), nnet, request) is None
+    assert not _assert_same(nnet, request, "missing frame")

@@ -59,6 +59,7 @@ from ..nnet.graph import graph_has_cycles, nnet_to_directed_graph
 from ..nnet.index import K_NO_TIME, Index
 from ..nnet.nnet import NodeType
 from .graph_bulk_index import CindexIndex
+from .graph_bulk_jit import closure
 from .graph_types import GraphArrays
 from .request import ComputationRequest
 
@@ -157,6 +158,49 @@ def _forwarding_term(f: d.ForwardingDescriptor) -> tuple[Term, Offset | None]:
     raise _Unsupported(f"forwarding descriptor {tp.__name__}")
 
 
+# Ops of a term's program for graph_bulk_jit (applied in order to the
+# output Index): add (dn, dt, dx) wrapping like int32, add without wrapping
+# (a component's offsets: out of range means "not the fast path"), round t
+# down to a multiple, replace t, replace x.
+OP_ADD, OP_ADD_NOWRAP, OP_ROUND_T, OP_SET_T, OP_SET_X = 0, 1, 2, 3, 4
+Program = tuple[int, list[tuple[int, int, int, int]]]   # (src node, ops)
+
+
+def _forwarding_program(f: d.ForwardingDescriptor) -> Program | None:
+    """The term of one forwarding expression as (src node, ops), or None
+    when it has no such form (Switch())."""
+    tp = type(f)
+    if tp is d.SimpleForwardingDescriptor:
+        return f.src_node, []
+    if tp is d.OffsetForwardingDescriptor:
+        inner = _forwarding_program(f.src)
+        dn, dt, dx = (int(v) for v in f.offset)
+        return None if inner is None else (inner[0], [(OP_ADD, dn, dt, dx)] + inner[1])
+    if tp is d.RoundingForwardingDescriptor:
+        inner = _forwarding_program(f.src)
+        m = int(f.t_modulus)
+        return None if inner is None or m < 1 else (inner[0], [(OP_ROUND_T, m, 0, 0)] + inner[1])
+    if tp is d.ReplaceIndexForwardingDescriptor:
+        inner = _forwarding_program(f.src)
+        op = OP_SET_T if f.variable_name == "t" else OP_SET_X
+        if not _INT32_MIN <= int(f.value) <= _INT32_MAX:
+            return None
+        return None if inner is None else (inner[0], [(op, int(f.value), 0, 0)] + inner[1])
+    return None
+
+
+def _sum_programs(p: d.SumDescriptor, out: list[Program | None]) -> None:
+    """Programs of a SumDescriptor's dependencies, in _sum_terms order."""
+    tp = type(p)
+    if tp is d.SimpleSumDescriptor:
+        out.append(_forwarding_program(p.src))
+    elif tp is d.OptionalSumDescriptor:
+        _sum_programs(p.src, out)
+    elif tp is d.BinarySumDescriptor:
+        _sum_programs(p.src1, out)
+        _sum_programs(p.src2, out)
+
+
 def _sum_terms(p: d.SumDescriptor, used: bool,
                out: list[tuple[Term, bool, Offset | None]]) -> None:
     """Append (term, used, offset) for the dependencies of one SumDescriptor,
@@ -226,6 +270,8 @@ class _NodePlan:
     needs_time: bool = False
     all_used: bool = True
     hook: Any = None   # the Component or Descriptor asked per cindex
+    # The terms as programs for graph_bulk_jit, None if one has no such form.
+    programs: list[Program] | None = None
 
 
 class BulkPlan:
@@ -256,6 +302,25 @@ class BulkPlan:
         self.term_src, self.term_dn, self.term_dt, self.term_dx = (
             np.array(c, dtype=_I64) for c in cols[:4])
         self.term_wrap = np.array(cols[4], dtype=bool)
+        # For graph_bulk_jit: every node's terms as programs, in CSR form
+        # (None if some node has a term without one).
+        self.jit_tables: tuple[np.ndarray, ...] | None = None
+        if all(p.kind == _KIND_INPUT or (p.kind == _KIND_TERMS and p.programs is not None)
+               for p in plans):
+            node_start, node_count, src, op_start, op_count, ops = [], [], [], [], [], []
+            for p in plans:
+                node_start.append(len(src))
+                node_count.append(len(p.programs or ()))
+                for term_src, term_ops in p.programs or ():
+                    src.append(term_src)
+                    op_start.append(len(ops))
+                    op_count.append(len(term_ops))
+                    ops.extend(term_ops)
+            self.jit_tables = (
+                np.array(node_start, dtype=_I64), np.array(node_count, dtype=_I64),
+                np.array(src, dtype=_I64), np.array(op_start, dtype=_I64),
+                np.array(op_count, dtype=_I64),
+                np.array(ops, dtype=_I64).reshape(len(ops), 4))
 
     @staticmethod
     def _plan(nnet: "Nnet", n: int, node: Any) -> _NodePlan:
@@ -265,7 +330,7 @@ class BulkPlan:
         if kind is NodeType.DIM_RANGE:
             src = node.node_index
             return _NodePlan(_KIND_TERMS, [(lambda a, b, c: (src, a, b, c), True)],
-                             [(src, 0, 0, 0)])
+                             [(src, 0, 0, 0)], programs=[(src, [])])
         if kind is NodeType.DESCRIPTOR:
             desc = node.descriptor
             terms: list[tuple[Term, bool, Offset | None]] = []
@@ -277,9 +342,14 @@ class BulkPlan:
             except _Unsupported:
                 return _NodePlan(_KIND_GENERIC_DESCRIPTOR, hook=desc)
             offsets = [off for _, _, off in terms]
+            programs: list[Program | None] = []
+            for p in desc.parts:
+                _sum_programs(p, programs)
+            ok = len(programs) == len(terms) and None not in programs
             return _NodePlan(_KIND_TERMS, [(fn, used) for fn, used, _ in terms],
                              None if None in offsets else offsets,
-                             all_used=all(used for _, used, _ in terms))
+                             all_used=all(used for _, used, _ in terms),
+                             programs=programs if ok else None)  # type: ignore[arg-type]
         comp = nnet.component_for_node(n)
         offsets = _component_offsets(comp)
         if offsets is None:
@@ -293,7 +363,8 @@ class BulkPlan:
                 return ans
             terms.append((term, True))
         return _NodePlan(_KIND_TERMS, terms, [(src, *o) for o in offsets], wrap=False,
-                         needs_time=not uses_default_hooks(comp))
+                         needs_time=not uses_default_hooks(comp),
+                         programs=[(src, [(OP_ADD_NOWRAP, *o)]) for o in offsets])
 
 
 # -- the result ----------------------------------------------------------------------------
@@ -313,7 +384,19 @@ class BulkGraph:
     num_inputs: int
     num_outputs: int
     expand_rank: np.ndarray
-    index: CindexIndex
+    # The cindex -> id lookup; made from the arrays when first asked for if
+    # the compiled closure (graph_bulk_jit.py) built the graph.
+    _index: CindexIndex | None = None
+    num_nodes: int = 0
+
+    @property
+    def index(self) -> CindexIndex:
+        if self._index is None:
+            a = self.arrays
+            index = CindexIndex(self.num_nodes)
+            index.add_initial(*(c.astype(_I64) for c in (a.node, a.n, a.t, a.x)))
+            self._index = index
+        return self._index
 
     def __len__(self) -> int:
         return len(self.arrays.node)
@@ -553,31 +636,49 @@ def _build(plan: BulkPlan, nnet: "Nnet", request: ComputationRequest) -> BulkGra
     # Only input nodes may be given (component-node inputs are rare; exact path).
     if not plan.is_input_node[ins[0]].all():
         return None
-    builder = _Builder(plan, request.misc_info)
     num_in, num_out = len(ins[0]), len(outs[0])
-    if not builder.index.add_initial(*(np.concatenate([a, b]) for a, b in zip(ins, outs))):
-        return None       # listed twice: the exact algorithm raises
-    sizes = [num_in, num_out]
-    dep_counts: list[np.ndarray] = [np.zeros(num_in, dtype=_I64)]
-    dep_flats: list[np.ndarray] = []
-    level = outs
-    while len(level[0]):
-        if len(sizes) > _MAX_LEVELS:
-            return None
-        # Levels are consecutive ranges of cindex_ids, so the dependencies
-        # come out in cindex_id order.
-        level, counts, flat = builder.expand(*level)
-        dep_counts.append(counts)
-        dep_flats.append(flat)
-        sizes.append(len(level[0]))
-    num = builder.index.count
-    offsets = np.zeros(num + 1, dtype=_I64)
-    np.cumsum(np.concatenate(dep_counts), out=offsets[1:])
-    node, n, t, x = builder.index.columns()
-    arrays = GraphArrays(
-        node=node, n=n, t=t, x=x,
-        is_input=np.concatenate([np.ones(num_in, dtype=bool), np.zeros(num - num_in, dtype=bool)]),
-        dep_offsets=offsets, dep_flat=np.concatenate(dep_flats).astype(np.int32))
+    init = tuple(np.concatenate([a, b]) for a, b in zip(ins, outs))
+    index = None
+    fast = closure(plan, init, num_in, _MAX_LEVELS)
+    if fast is not None:
+        node, n, t, x, counts, flat, level_sizes = fast
+        num = len(node)
+        offsets = np.zeros(num + 1, dtype=_I64)
+        np.cumsum(counts, out=offsets[1:])
+        sizes = level_sizes.tolist()
+        arrays = GraphArrays(
+            node=node.astype(np.int32), n=n.astype(np.int32), t=t.astype(np.int32),
+            x=x.astype(np.int32),
+            is_input=np.concatenate([np.ones(num_in, dtype=bool),
+                                     np.zeros(num - num_in, dtype=bool)]),
+            dep_offsets=offsets, dep_flat=flat.astype(np.int32))
+    else:
+        builder = _Builder(plan, request.misc_info)
+        if not builder.index.add_initial(*init):
+            return None       # listed twice: the exact algorithm raises
+        sizes = [num_in, num_out]
+        dep_counts: list[np.ndarray] = [np.zeros(num_in, dtype=_I64)]
+        dep_flats: list[np.ndarray] = []
+        level = outs
+        while len(level[0]):
+            if len(sizes) > _MAX_LEVELS:
+                return None
+            # Levels are consecutive ranges of cindex_ids, so the dependencies
+            # come out in cindex_id order.
+            level, counts, flat = builder.expand(*level)
+            dep_counts.append(counts)
+            dep_flats.append(flat)
+            sizes.append(len(level[0]))
+        num = builder.index.count
+        offsets = np.zeros(num + 1, dtype=_I64)
+        np.cumsum(np.concatenate(dep_counts), out=offsets[1:])
+        node, n, t, x = builder.index.columns()
+        arrays = GraphArrays(
+            node=node, n=n, t=t, x=x,
+            is_input=np.concatenate([np.ones(num_in, dtype=bool),
+                                     np.zeros(num - num_in, dtype=bool)]),
+            dep_offsets=offsets, dep_flat=np.concatenate(dep_flats).astype(np.int32))
+        index = builder.index
     # Expansion order: level by level, each level from its last cindex_id.
     rank = np.full(num, -1, dtype=_I64)
     bounds = np.cumsum(sizes).tolist()
@@ -587,4 +688,4 @@ def _build(plan: BulkPlan, nnet: "Nnet", request: ComputationRequest) -> BulkGra
         done += hi - lo
     if not hooks_agree_computable(plan, arrays, request.misc_info):
         return None
-    return BulkGraph(arrays, num_in, num_out, rank, builder.index)
+    return BulkGraph(arrays, num_in, num_out, rank, index, plan.num_nodes)
