@@ -89,10 +89,11 @@ def _wrap32(v: np.ndarray) -> np.ndarray:
     return (v - _INT32_MIN) % (1 << 32) + _INT32_MIN
 
 
-def _map_to_input(f: Any, rows: np.ndarray, n: np.ndarray, t: np.ndarray, x: np.ndarray,
-                  node: np.ndarray) -> bool:
-    """ForwardingDescriptor.map_to_input for the ``rows`` of the columns, in
-    place (``node`` gets the source node); False for an unknown kind."""
+def _map_to_input(f: Any, rows: np.ndarray | slice, n: np.ndarray, t: np.ndarray,
+                  x: np.ndarray, node: np.ndarray) -> bool:
+    """ForwardingDescriptor.map_to_input for the ``rows`` (an index array or
+    a slice) of the columns, in place (``node`` gets the source node); False
+    for an unknown kind."""
     while True:
         kind = type(f)
         if kind is d.SimpleForwardingDescriptor:
@@ -110,6 +111,8 @@ def _map_to_input(f: Any, rows: np.ndarray, n: np.ndarray, t: np.ndarray, x: np.
         elif kind is d.ReplaceIndexForwardingDescriptor:
             (t if f.variable_name == "t" else x)[rows] = f.value
         elif kind is d.SwitchingForwardingDescriptor:
+            if isinstance(rows, slice):
+                rows = np.arange(len(t))[rows]
             which = t[rows] % len(f.src)
             return all(_map_to_input(src, rows[which == k], n, t, x, node)
                        for k, src in enumerate(f.src))
@@ -211,14 +214,22 @@ def _map_terms(terms: list[tuple[Any, bool]], out_idx: np.ndarray
                ) -> list[tuple[np.ndarray, ...]] | None:
     """Per term: (rows, node, n, t, x, optional) of the input cindex of each
     output row whose t is not kNoTime; None for a term kind not known."""
-    real = np.flatnonzero(out_idx[:, 1] != K_NO_TIME)
+    blank = out_idx[:, 1] == K_NO_TIME
+    if blank.any():
+        real = np.flatnonzero(~blank)
+        base = out_idx[real].T.astype(np.int64, order="C")
+    else:
+        real = np.arange(out_idx.shape[0])
+        base = out_idx.T.astype(np.int64, order="C")
     out = []
-    for f, optional in terms:
-        n, t, x = (out_idx[real, k].astype(np.int64) for k in range(3))
+    everything = slice(None)
+    for k, (f, optional) in enumerate(terms):
+        # (_map_to_input works in place; the last term may use base itself.)
+        ntx = base if k == len(terms) - 1 else base.copy()
         node = np.zeros(len(real), dtype=np.int64)
-        if not _map_to_input(f, np.arange(len(real)), n, t, x, node):
+        if not _map_to_input(f, everything, ntx[0], ntx[1], ntx[2], node):
             return None
-        out.append((real, node, n, t, x, optional))
+        out.append((real, node, ntx[0], ntx[1], ntx[2], optional))
     return out
 
 
@@ -288,15 +299,17 @@ def split_by_scale(part: d.SumDescriptor, locations: PairLists, step_node: np.nd
     if locations.pairs.shape[0] == 0:
         return float("inf"), [(a, locations) for a in sorted(alpha_to_nodes)]
     node_of_pair = step_node[locations.pairs[:, 0]]
-    which = np.full(node_of_pair.shape[0], -1, dtype=np.int64)
-    ans = []
     alphas = sorted(alpha_to_nodes)
+    # Which alpha each node has (-1: not in the part), then per pair.
+    alpha_of_node = np.full(int(max(node_of_pair.max(), max(max(v) for v in
+                                                            alpha_to_nodes.values()))) + 1,
+                            -1, dtype=np.int64)
     for k, alpha in enumerate(alphas):
-        which[np.isin(node_of_pair, alpha_to_nodes[alpha])] = k
+        alpha_of_node[alpha_to_nodes[alpha]] = k
+    which = alpha_of_node[node_of_pair]
     if np.any(which < 0):
         raise PynnetError("split_by_scale: an input step's node is not in the descriptor")
-    for k, alpha in enumerate(alphas):
-        ans.append((alpha, locations.select(which == k)))
+    ans = [(alpha, locations.select(which == k)) for k, alpha in enumerate(alphas)]
     return float("inf"), ans
 
 
