@@ -203,3 +203,15 @@ def test_small_list_versions_match_array_versions(seed, monkeypatch):
             results.append([[a.tolist() for a in f(pl)] for f in
                             (cu.split_locations, cu.split_locations_backward)])
         assert results[0] == results[1], lists
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_ensure_contiguous_property_sorted_input(seed):
+    """Non-decreasing input without -1 (the fast case) and with -1 mixed in."""
+    rng = random.Random(seed)
+    idx = sorted(rng.randrange(0, 6) for _ in range(rng.randrange(1, 20)))
+    got = [a.tolist() for a in ensure_contiguous_property(np.array(idx, dtype=np.int32))]
+    assert got == _ref_ensure_contiguous(idx) == [idx]
+    with_blank = [-1] + idx
+    got = [a.tolist() for a in ensure_contiguous_property(np.array(with_blank, dtype=np.int32))]
+    assert got == _ref_ensure_contiguous(with_blank)

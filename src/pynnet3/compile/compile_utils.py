@@ -279,7 +279,12 @@ def ensure_contiguous_property(indexes: np.ndarray) -> list[np.ndarray]:
     with -1, the k'th holding the k'th run of each value, so that each has the
     contiguous property.  Empty if there is nothing but -1."""
     idx = np.asarray(indexes, dtype=np.int64)
-    if idx.shape[0] == 0 or idx.max() == -1:
+    if idx.shape[0] == 0:
+        return []
+    if idx[0] != -1 and not (idx[1:] < idx[:-1]).any():
+        # Non-decreasing and no -1 (the usual case): every value is one run.
+        return [idx.astype(np.int32)]
+    if idx.max() == -1:
         return []
     dim = idx.shape[0]
     run_start = np.ones(dim, dtype=bool)
