@@ -18,18 +18,26 @@ the network's *structure* (node config lines; component names, types, dims,
 property flags, whether the learning rate is zero, and the configuration of
 non-simple components — not parameter values or training statistics), the
 request, the compiler and optimizer options, NnetComputation.FORMAT_VERSION,
-the pynnet3 version and a fingerprint of the compiler's source code (so an
-edited compiler never serves computations of its older self).  Entries hold
-the computation in computation_io's "raw" container (a JSON header and
-int32 arrays that load as views without copies; never pickle) after a
-header that repeats the key and the payload's length and SHA-256.  Writes go
-to a temporary file in the same directory that is then renamed over the entry
-(``os.replace``), so concurrent writers and crashes never leave a partial
-entry.  An entry that cannot be read or verified is ignored with a warning
-and recompiled (and rewritten).
+the pynnet3 version, the entry container's version and a fingerprint of the
+compiler's source code (so an edited compiler never serves computations of
+its older self).  Entries hold the computation in computation_io's "raw"
+container (format 4, computation_raw.py: a small JSON header and arrays,
+never pickle; Index lists stored once each and, where regular in n, as
+their first sequence) after a header that repeats the key and the payload's
+length and CRC-32 (a cache entry needs protection from damage, not from
+forgery; the CRC costs a fraction of a millisecond where SHA-256 of the
+same bytes cost a few).  Writes go to a temporary file in the same
+directory that is then renamed over the entry (``os.replace``), so
+concurrent writers and crashes never leave a partial entry.  An entry that
+cannot be read or verified (damaged, or written by an older container
+version) is ignored with a warning and recompiled (and rewritten).
 
-Component precomputed indexes are not serialised: after loading an entry they
-are recomputed from the input/output Indexes stored with them.
+Loading is made to take milliseconds: the debug info's cindexes stay
+unexpanded until somebody reads them (the executor never does), and
+component precomputed indexes, which are not serialised, are recomputed from
+the stored input/output Indexes once per distinct (component configuration,
+lists) (:func:`rebuild_precomputed_indexes`), by index hooks that work on the
+lists' compact form where they can.
 
 Computations returned by ``compile`` are shared with the cache: do not modify
 them.
@@ -44,6 +52,7 @@ import json
 import os
 import struct
 import time
+import zlib
 from collections import OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
@@ -54,8 +63,9 @@ import numpy as np
 
 from .kaldi_io import atomic_write
 from . import __version__, log
-from .compile.computation import NnetComputation
+from .compile.computation import CommandType, NnetComputation
 from .compile.computation_io import computation_to_bytes
+from .compile.computation_raw import load_raw
 from .compile.request import ComputationRequest
 from .errors import FormatError, PynnetError
 from .nnet.properties_cache import component_properties_cached
@@ -68,7 +78,7 @@ __all__ = ["CachingCompilerOptions", "CachingCompiler", "default_cache_dir", "op
            "nnet_structure_text", "request_key_bytes", "ENTRY_SUFFIX"]
 
 ENTRY_SUFFIX = ".computation"
-_ENTRY_MAGIC = b"pynnet3-computation-cache 1\n"
+_ENTRY_MAGIC = b"pynnet3-computation-cache 2\n"
 _KEY_VERSION = b"pynnet3-computation-key 1\n"
 
 
@@ -211,11 +221,14 @@ def component_structure(component: "Component") -> str:
     return json.dumps(desc, sort_keys=True, separators=(",", ":"))
 
 
-def nnet_structure_text(nnet: "Nnet") -> str:
-    """The network as the compiler sees it: node lines and component structures."""
+def nnet_structure_text(nnet: "Nnet", structures: list[str] | None = None) -> str:
+    """The network as the compiler sees it: node lines and component structures
+    (``structures``: the components' :func:`component_structure`, if made already)."""
+    if structures is None:
+        structures = [component_structure(c) for c in nnet.components]
     lines = ["# nodes"] + nnet.get_config_lines(include_dim=True) + ["# components"]
-    for name, component in zip(nnet.component_names, nnet.components):
-        lines.append(f"{name} {component_structure(component)}")
+    for name, text in zip(nnet.component_names, structures):
+        lines.append(f"{name} {text}")
     return "\n".join(lines) + "\n"
 
 
@@ -275,7 +288,9 @@ def code_fingerprint() -> str:
 
 def _entry_bytes(key: str, payload: bytes) -> bytes:
     header = (f"key {key}\npayload-bytes {len(payload)}\n"
-              f"payload-sha256 {hashlib.sha256(payload).hexdigest()}\n\n").encode()
+              f"payload-crc32 {zlib.crc32(payload):08x}\n").encode()
+    # (padded so that the payload's arrays lie at 8-byte boundaries)
+    header += b" " * (-(len(_ENTRY_MAGIC) + len(header) + 1) % 8) + b"\n"
     return _ENTRY_MAGIC + header + payload
 
 
@@ -283,44 +298,91 @@ def _entry_payload(data: bytes, key: str, where: str) -> memoryview:
     """The verified payload of an entry file, else FormatError."""
     if not data.startswith(_ENTRY_MAGIC):
         raise FormatError("not a pynnet3 computation-cache entry of this version", where)
-    end = data.find(b"\n\n", len(_ENTRY_MAGIC))
-    if end < 0:
-        raise FormatError("truncated header", where)
-    fields = {}
-    for line in data[len(_ENTRY_MAGIC):end].decode("ascii", "replace").splitlines():
+    # Header lines up to a blank (padding) line.
+    fields: dict[str, str] = {}
+    pos = len(_ENTRY_MAGIC)
+    while True:
+        end = data.find(b"\n", pos, pos + 1024)
+        if end < 0:
+            raise FormatError("truncated header", where)
+        line = data[pos:end].decode("ascii", "replace")
+        pos = end + 1
+        if not line.strip():
+            break
         name, _, value = line.partition(" ")
         fields[name] = value
+    payload = memoryview(data)[pos:]   # (no copy of a large entry)
     if fields.get("key") != key:
         raise FormatError("entry was written for a different key", where)
-    payload = memoryview(data)[end + 2:]   # (no copy of a large entry)
     if fields.get("payload-bytes") != str(len(payload)):
         raise FormatError(f"payload has {len(payload)} bytes, header says "
                           f"{fields.get('payload-bytes')}", where)
-    if fields.get("payload-sha256") != hashlib.sha256(payload).hexdigest():
+    if fields.get("payload-crc32") != f"{zlib.crc32(payload):08x}":
         raise FormatError("payload checksum mismatch", where)
     return payload
 
 
-def _share_identical_index_lists(computation: NnetComputation) -> None:
-    """Make equal array-backed Index lists of the precomputed-index entries one
-    object, so that their Python Indexes are built once for all of them (many
-    layers of a TDNN see the same frames; the shortcut expander shares them
-    the same way)."""
-    # A cheap fingerprint first; equal arrays are then confirmed in full.
-    seen: dict[tuple, list[Any]] = {}
-    for info in computation.component_precomputed_indexes:
-        for name in ("input_indexes", "output_indexes"):
-            indexes = getattr(info, name)
-            array = getattr(indexes, "array", None)
-            if array is None or len(array) == 0:
-                continue
-            key = (array.shape, array[0].tobytes(), array[-1].tobytes(), int(array.sum()))
-            candidates = seen.setdefault(key, [])
-            shared = next((c for c in candidates if np.array_equal(c.array, array)), None)
-            if shared is None:
-                candidates.append(indexes)
-            elif shared is not indexes:
-                setattr(info, name, shared)
+_BACKPROPS = (int(CommandType.BACKPROP), int(CommandType.BACKPROP_NO_MODEL_UPDATE))
+_PRECOMPUTED_USERS = (int(CommandType.PROPAGATE),) + _BACKPROPS
+
+
+def rebuild_precomputed_indexes(computation: NnetComputation, nnet: "Nnet", misc_info: Any,
+                                component_keys: list[str],
+                                commands: np.ndarray | None = None) -> None:
+    """compute_precomputed_indexes for a loaded computation, once per distinct
+    (component configuration, input list, output list, need_backprop).
+
+    Loaded Index lists are shared objects (the container stores each
+    distinct list once), and components that precompute indexes compute
+    them from their configuration and the two lists only, so entries that
+    agree in all of those get the same (read-only) object: the unrolled
+    time steps of an LSTM reuse a handful of them hundreds of times.
+    ``component_keys[c]`` describes component c's configuration
+    (:func:`component_structure`); simple components, whose structure text
+    leaves their configuration out, are told apart by index.  ``commands``:
+    the commands as command_table() gives them, if at hand.
+    """
+    from .compile.computation import command_table
+
+    table = command_table(computation.commands) if commands is None else commands
+    users = table[np.isin(table[:, 0], _PRECOMPUTED_USERS) & (table[:, 2] > 0)]
+    infos = computation.component_precomputed_indexes
+    component_of: dict[int, int] = {}
+    need_backprop: dict[int, bool] = {}
+    for command_type, component, entry in users[:, :3].tolist():
+        if component_of.setdefault(entry, component) != component:
+            raise PynnetError(f"precomputed_indexes[{entry}] is used by two components, "
+                              f"{nnet.component_names[component_of[entry]]} and "
+                              f"{nnet.component_names[component]}")
+        need_backprop[entry] = need_backprop.get(entry, False) or command_type in _BACKPROPS
+    done: dict[tuple, Any] = {}
+    for entry, component in sorted(component_of.items()):
+        if entry >= len(infos):
+            raise PynnetError(f"command refers to precomputed_indexes[{entry}], which does not "
+                              "exist")
+        info = infos[entry]
+        if info.data is not None:
+            continue
+        memo_key = (component_keys[component], id(info.input_indexes), id(info.output_indexes),
+                    need_backprop[entry])
+        data = done.get(memo_key)
+        if data is None:
+            data = nnet.get_component(component).precompute_indexes(
+                misc_info, info.input_indexes, info.output_indexes, need_backprop[entry])
+            done[memo_key] = data
+        info.data = data
+
+
+def _component_keys(nnet: "Nnet") -> tuple[list[str], list[str]]:
+    """(structure text, memo key) of each component (see rebuild_precomputed_indexes)."""
+    from .nnet.components.base import Prop
+
+    texts, keys = [], []
+    for c, component in enumerate(nnet.components):
+        text = component_structure(component)
+        texts.append(text)
+        keys.append(f"#{c}" if int(component.properties()) & Prop.SIMPLE else text)
+    return texts, keys
 
 
 # ---------------------------------------------------------------------------
@@ -359,7 +421,7 @@ class CachingCompiler:
         context = {
             "pynnet3": __version__,
             "computation-format": NnetComputation.FORMAT_VERSION,
-            "entry-container": "raw-3",
+            "entry-container": "raw-4",
             "code": code_fingerprint(),
             "use-shortcut": self.options.use_shortcut,
             "output-debug-info": self.options.output_debug_info,
@@ -370,7 +432,8 @@ class CachingCompiler:
         }
         h = hashlib.sha256(_KEY_VERSION)
         h.update(json.dumps(context, sort_keys=True).encode() + b"\n")
-        h.update(nnet_structure_text(nnet).encode())
+        structures, self._component_keys = _component_keys(nnet)
+        h.update(nnet_structure_text(nnet, structures).encode())
         self._context_digest = h.digest()
 
     # -- keys --------------------------------------------------------------------
@@ -503,13 +566,11 @@ class CachingCompiler:
             return None
         try:
             payload = _entry_payload(data, key, str(path))
-            computation = NnetComputation.from_bytes(payload, str(path))
+            computation, commands = load_raw(NnetComputation, payload, str(path))
             self.seconds["io"] += time.perf_counter() - start
             start = time.perf_counter()
-            from .compile.precomputed_indexes import compute_precomputed_indexes
-
-            _share_identical_index_lists(computation)
-            compute_precomputed_indexes(computation, self.nnet, request.misc_info)
+            rebuild_precomputed_indexes(computation, self.nnet, request.misc_info,
+                                        self._component_keys, commands)
             self.seconds["indexes"] += time.perf_counter() - start
         except (PynnetError, ValueError, IndexError, KeyError, TypeError) as e:
             log.warn(f"ignoring unusable computation cache entry {path} ({e}); recompiling")

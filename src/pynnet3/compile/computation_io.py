@@ -1,17 +1,25 @@
 """Saving and loading NnetComputations (``NnetComputation.to_bytes`` /
 ``from_bytes``): safe formats, never pickle.
 
-Two containers of the same content (a JSON header: sizes, matrices,
-submatrices, commands ...; and six int32 arrays: index tables, debug
-cindexes, precomputed-index Indexes):
+Two containers:
 
 * ``npz`` (format 2, what ``to_bytes`` writes and ``nnet3-compile`` saves):
-  a NumPy ``.npz`` (zip) with the header and arrays as members;
-* ``raw`` (format 3, what the computation cache writes): a magic line, the
-  header's length, the header, then the arrays back to back at the offsets
-  the header gives.  Loading makes NumPy views of the arrays in place
-  (``np.frombuffer``): a 64-sequence training computation holds 40 MB of
-  cindexes, and the zip container costs a CRC and two copies of all of it.
+  a NumPy ``.npz`` (zip) with a JSON header (sizes, matrices, submatrices,
+  commands ...) and six int32 arrays (index tables, debug cindexes,
+  precomputed-index Indexes) as members;
+* ``raw`` (format 4, what the computation cache writes): a magic line, the
+  header's length, a small JSON header (the layout), then little-endian
+  arrays back to back.  It is made for loading fast: everything, commands
+  and submatrices included, is an array (no per-command JSON to parse), and
+  the Index / Cindex lists of debug info and precomputed indexes are stored
+  once per distinct list and, where a list is regular in n (as nearly all
+  of a many-sequence computation's are, see :class:`~pynnet3.nnet.index_lists.NTiling`),
+  as the rows of its first n value only: a 64-sequence training computation
+  that holds 40 MB of cindexes stores well under 1 MB of them.  On loading,
+  those lists become array-backed lists that are expanded only when somebody
+  reads them (the executor never does).  Format 3 (the previous raw
+  container, which stored every list in full) is no longer read: the cache
+  recompiles such entries.
 
 :func:`computation_from_bytes` reads both.
 """
@@ -19,7 +27,6 @@ from __future__ import annotations
 
 import io
 import json
-import struct
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -31,9 +38,9 @@ if TYPE_CHECKING:
 
 __all__ = ["computation_to_bytes", "computation_from_bytes"]
 
-_MAGIC = b"pynnet3-computation v3\n"
 _ARRAYS = (("ix", 1), ("im", 2), ("ir", 2), ("dbg", 4), ("pin", 3), ("pout", 3))
 _NPZ_MAGIC = b"PK\x03\x04"
+_RAW_PREFIX = b"pynnet3-computation v"
 
 
 def _header(comp: "NnetComputation", version: int) -> dict[str, Any]:
@@ -75,62 +82,31 @@ def _arrays(comp: "NnetComputation") -> dict[str, np.ndarray]:
 
 def computation_to_bytes(comp: "NnetComputation", container: str = "npz") -> bytes:
     """The computation in the ``npz`` or ``raw`` container (module docstring)."""
-    arrays = _arrays(comp)
-    if container == "npz":
-        header = _header(comp, 2)
-        buf = io.BytesIO()
-        np.savez(buf, header=np.frombuffer(json.dumps(header).encode(), dtype=np.uint8),
-                 **arrays)
-        return buf.getvalue()
-    if container != "raw":
+    if container == "raw":
+        from .computation_raw import raw_bytes
+
+        return raw_bytes(comp)
+    if container != "npz":
         raise ValueError(f"unknown container {container!r}")
-    header = _header(comp, 3)
-    offset = 0
-    layout = {}
-    blobs = []
-    for name, width in _ARRAYS:
-        a = np.ascontiguousarray(arrays[name], dtype="<i4")
-        layout[name] = [offset, int(a.shape[0])]
-        blobs.append(a.tobytes())
-        offset += a.nbytes
-    header["arrays"] = layout
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    return b"".join([_MAGIC, struct.pack("<Q", len(text)), text] + blobs)
+    header = _header(comp, 2)
+    buf = io.BytesIO()
+    np.savez(buf, header=np.frombuffer(json.dumps(header).encode(), dtype=np.uint8),
+             **_arrays(comp))
+    return buf.getvalue()
 
 
 def computation_from_bytes(cls: type, data: bytes | memoryview,
                            where: str = "<computation>") -> "NnetComputation":
-    """Inverse of :func:`computation_to_bytes` (format 3, or format 2).
+    """Inverse of :func:`computation_to_bytes` (format 4 or format 2).
     Precomputed-index objects are not restored (``data`` stays None)."""
     view = memoryview(data)
     if bytes(view[:len(_NPZ_MAGIC)]) == _NPZ_MAGIC:
         return _from_npz(cls, bytes(view), where)
-    try:
-        if bytes(view[:len(_MAGIC)]) != _MAGIC:
-            raise FormatError("not a pynnet3 computation of this format version", where)
-        (size,) = struct.unpack_from("<Q", view, len(_MAGIC))
-        start = len(_MAGIC) + 8
-        if start + size > len(view):
-            raise FormatError("truncated computation header", where)
-        header = json.loads(bytes(view[start:start + size]).decode())
-        if header.get("format") != "pynnet3-computation" or header.get("version") != 3:
-            raise FormatError("not a pynnet3 computation of this format version", where)
-        base = start + size
-        arrays = {}
-        for name, width in _ARRAYS:
-            offset, rows = header["arrays"][name]
-            count = int(rows) * width
-            if offset < 0 or rows < 0 or base + offset + 4 * count > len(view):
-                raise FormatError(f"array {name} lies outside the data", where)
-            a = np.frombuffer(view, dtype="<i4", count=count, offset=base + offset)
-            arrays[name] = a.astype(np.int32, copy=False).reshape((-1,) if width == 1
-                                                                   else (-1, width))
-        return _build(cls, header, arrays, where)
-    except FormatError:
-        raise
-    except Exception as e:  # any damage in the header
-        raise FormatError(f"corrupt computation file ({type(e).__name__}: {e})", where) from None
+    if bytes(view[:len(_RAW_PREFIX)]) == _RAW_PREFIX:
+        from .computation_raw import from_raw
+
+        return from_raw(cls, view, where)
+    raise FormatError("not a pynnet3 computation", where)
 
 
 def _from_npz(cls: type, data: bytes, where: str) -> "NnetComputation":

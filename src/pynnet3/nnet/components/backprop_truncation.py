@@ -14,7 +14,23 @@ import numpy as np
 from ...kaldi_io import KaldiReader, KaldiWriter
 from ..config_line import ConfigLine
 from .base import Component, Prop, fmt_g, register
-from .general import _F32, _f32, divide_rounding_down
+from ..index import index_columns
+from .general import _F32, _f32
+
+
+def _zeroing(output_indexes: list, zi: int, ri: int) -> tuple[np.ndarray, float]:
+    """(zeroing, zeroing_sum) of BackpropTruncationComponentPrecomputedIndexes.
+
+    Row t crosses a boundary (a multiple of zeroing-interval ``zi``, shifted
+    by n so that sequences differ) if [t - recurrence-interval, t] contains
+    one.  (Floor division on int64 columns: Kaldi's DivideRoundingDown.)
+    """
+    cols = index_columns(output_indexes)
+    shifted = cols[:, 1] - cols[:, 0]
+    crosses = shifted // zi != (shifted - ri) // zi
+    zeroing = np.zeros(len(cols), dtype=_F32)
+    zeroing[crosses] = -1.0
+    return zeroing, _f32(-float(-np.count_nonzero(crosses)))   # (-0.0 when none: minus a zero sum)
 
 
 @dataclass
@@ -194,14 +210,14 @@ class BackpropTruncationComponent(Component):
         if len(input_indexes) != len(output_indexes):
             raise RuntimeError("BackpropTruncationComponent: input/output index count differs")
         zi, ri = self.zeroing_interval, self.recurrence_interval
-        zeroing = np.zeros(len(output_indexes), dtype=_F32)
-        for i, (n, t, _x) in enumerate(output_indexes):
-            # Row t crosses a boundary (a multiple of zeroing-interval, shifted
-            # by n so that sequences differ) if [t - recurrence, t] contains one.
-            if divide_rounding_down(t - n, zi) != divide_rounding_down(t - ri - n, zi):
-                zeroing[i] = -1.0
-        return BackpropTruncationComponentPrecomputedIndexes(
-            zeroing, _f32(-float(zeroing.astype(np.float64).sum())))
+        derived = getattr(output_indexes, "derived", None)
+        if derived is None:
+            zeroing, total = _zeroing(output_indexes, zi, ri)
+        else:
+            # (An LSTM's layers see the same few lists at every time step.)
+            zeroing, total = derived(f"backprop-truncation-zeroing {zi} {ri}",
+                                     lambda indexes: _zeroing(indexes, zi, ri))
+        return BackpropTruncationComponentPrecomputedIndexes(zeroing, total)
 
     def propagate(self, indexes, in_value: np.ndarray, out_value: np.ndarray):
         if self.scale_ != 1.0:

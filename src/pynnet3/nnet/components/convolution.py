@@ -21,7 +21,8 @@ from ..index import Index
 from .base import (Component, Prop, UpdatableComponent, fmt_g, print_parameter_stats, randn,
                    register)
 from .convolution_model import (ConvolutionComputation, ConvolutionModel,
-                                compile_convolution_computation, convolve_backward_data,
+                                compile_convolution_computation,
+                                compile_reordered_convolution_computation, convolve_backward_data,
                                 convolve_backward_params, convolve_forward)
 from .natural_gradient import OnlineNaturalGradient, cached_preconditioner
 
@@ -318,11 +319,12 @@ class TimeHeightConvolutionComponent(UpdatableComponent):
     def precompute_indexes(self, misc_info, input_indexes: list[tuple],
                            output_indexes: list[tuple], need_backprop: bool
                            ) -> TimeHeightConvolutionPrecomputedIndexes:
-        cc, new_in, new_out = compile_convolution_computation(
-            self.model, input_indexes, output_indexes, self.max_memory_mb)
-        if list(new_in) != list(input_indexes) or list(new_out) != list(output_indexes):
-            raise ValueError(f"{self.type_name}: problem precomputing indexes "
-                             "(indexes were not reordered by reorder_indexes)")
+        # (Array form of Kaldi's check that reordering leaves the lists alone.)
+        try:
+            cc = compile_reordered_convolution_computation(
+                self.model, input_indexes, output_indexes, self.max_memory_mb)
+        except ValueError as e:
+            raise ValueError(f"{self.type_name}: {e}") from None
         return TimeHeightConvolutionPrecomputedIndexes(cc)
 
     # -- math -----------------------------------------------------------------

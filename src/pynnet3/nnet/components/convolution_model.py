@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...kaldi_io import KaldiReader, KaldiWriter
-from ..index import K_NO_TIME, Index
+from ..index import K_NO_TIME, Index, index_columns
 
 
 # ---------------------------------------------------------------------------
@@ -595,6 +595,14 @@ def compile_convolution_computation(model: ConvolutionModel, input_indexes: list
     """Kaldi's CompileConvolutionComputation: the computation plus the
     input/output Indexes reordered and padded (blank = t kNoTime) to its grid."""
     io = get_computation_io(input_indexes, output_indexes)
+    cc = _computation_for_io(model, io, max_memory_mb)
+    new_in, new_out = get_indexes_for_computation(io, input_indexes, output_indexes)
+    return cc, new_in, new_out
+
+
+def _computation_for_io(model: ConvolutionModel, io: ConvolutionComputationIo,
+                        max_memory_mb: float) -> ConvolutionComputation:
+    """The middle of CompileConvolutionComputation (pads ``io`` in place)."""
     check_model_and_io(model, io)
     pad_computation_input_time(model, io)
     check_model_and_io(model, io)
@@ -603,8 +611,44 @@ def compile_convolution_computation(model: ConvolutionModel, input_indexes: list
     check_model_and_io(appended, io_appended, True)
     cc = make_computation(appended, io_appended, max_memory_mb)
     unpad_model_height(max_memory_mb, model, padded, cc)
-    new_in, new_out = get_indexes_for_computation(io, input_indexes, output_indexes)
-    return cc, new_in, new_out
+    return cc
+
+
+def compile_reordered_convolution_computation(model: ConvolutionModel, input_indexes: list,
+                                              output_indexes: list, max_memory_mb: float
+                                              ) -> ConvolutionComputation:
+    """compile_convolution_computation for lists that are already in its order
+    (what PrecomputeIndexes gets), checking with array operations that they
+    are (ValueError if not) instead of building the reordered Index lists:
+    the same computation, at a small fraction of the cost for 64 sequences.
+    """
+    from .tdnn_indexes import _grid_columns, distinct_nx_and_t
+
+    nx, t_in = distinct_nx_and_t(input_indexes)
+    if nx.size == 0:
+        raise ValueError("convolution computation with no input indexes")
+    io = ConvolutionComputationIo()
+    io.num_images = int(nx.size)
+    io.start_t_in, io.t_step_in, io.num_t_in = regularize_t_list(t_in.tolist())
+    io.start_t_out, io.t_step_out, io.num_t_out = regularize_t_list(
+        distinct_nx_and_t(output_indexes)[1].tolist())
+    io.reorder_t_in = 1
+    cc = _computation_for_io(model, io, max_memory_mb)
+    # Reordering makes the grid with t = kNoTime where the list lacks the
+    # point; a list is already reordered iff it is the grid with some t
+    # values kNoTime (its other rows are then distinct grid points, so none
+    # of the blanked ones is present).
+    for indexes, start, step, num, reorder in (
+            (input_indexes, io.start_t_in, io.t_step_in, io.num_t_in, io.reorder_t_in),
+            (output_indexes, io.start_t_out, io.t_step_out, io.num_t_out, 1)):
+        cols = index_columns(indexes)
+        grid = _grid_columns(nx, start, step, num, reorder)
+        if not (grid.shape == cols.shape and np.array_equal(grid[:, 0], cols[:, 0])
+                and np.array_equal(grid[:, 2], cols[:, 2])
+                and np.all((grid[:, 1] == cols[:, 1]) | (cols[:, 1] == K_NO_TIME))):
+            raise ValueError("convolution: problem precomputing indexes (indexes were not "
+                             "reordered by reorder_indexes)")
+    return cc
 
 
 # ---------------------------------------------------------------------------

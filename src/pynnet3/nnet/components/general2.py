@@ -126,6 +126,10 @@ class ConstantComponent(UpdatableComponent):
     def is_computable(self, misc_info: Any, output_index, input_index_set) -> tuple[bool, list]:
         return True, []
 
+    def get_input_index_offsets(self) -> list[tuple[int, int, int]]:
+        # No offsets: no inputs, always computable (the graph builders' table form).
+        return []
+
     # -- parameters --------------------------------------------------------
     def num_parameters(self) -> int:
         return self.output_dim() if self.is_updatable_ else 0
@@ -290,6 +294,46 @@ class DropoutMaskComponent(RandomComponent):
 # ---------------------------------------------------------------------------
 
 
+def _dropout_rows_tiled(input_indexes: list, output_indexes: list, time_period: int
+                        ) -> tuple[int, np.ndarray] | None:
+    """GeneralDropoutComponent's mask-row numbering worked out on the base of
+    an n-tiled list (see :class:`~pynnet3.nnet.index_lists.NTiling`; the
+    lists of a computation loaded from the cache), or None where that does
+    not apply (no tiling, output not the same list, base n values not all 0).
+
+    With the base's n all 0, row (block b, copy k, position j) has key
+    (k, g) where g = t // time-period of base row (b, j).  Key (k, g) first
+    appears in copy k of the block where g first appears in the base, so in
+    order of first appearance the keys come block by block, in each block
+    copy by copy, and in each copy in the order of the g's that first appear
+    in that block.
+    """
+    tiling = getattr(input_indexes, "n_tiling", None)
+    if tiling is None or tiling.n_col != 0:
+        return None
+    if output_indexes is not input_indexes:
+        other = getattr(output_indexes, "n_tiling", None)
+        if (other is None or (other.num_n, other.n_stride) != (tiling.num_n, tiling.n_stride)
+                or not np.array_equal(other.base, tiling.base)):
+            return None
+    base = np.asarray(tiling.base, dtype=np.int64)
+    if base[:, 0].any():
+        return None
+    num_n, stride = tiling.num_n, tiling.n_stride
+    g = base[:, 1] // time_period if time_period != 0 else np.zeros(len(base), dtype=np.int64)
+    num_g, u = first_appearance_numbers(g)
+    # (u numbers the g's by first appearance, so their first positions and
+    # blocks increase with u.)
+    _, first_pos = np.unique(u, return_index=True)
+    block = first_pos // stride
+    start = np.searchsorted(block, block, side="left")     # first g of each g's block
+    count = np.searchsorted(block, block, side="right") - start
+    k = np.arange(num_n, dtype=np.int64)[None, :, None]
+    rows = ((num_n * start[u] + u - start[u]).reshape(-1, 1, stride)
+            + k * count[u].reshape(-1, 1, stride))
+    return num_n * num_g, rows.reshape(-1)
+
+
 @dataclass
 class GeneralDropoutComponentPrecomputedIndexes:
     """``indexes[i]`` is the mask row for (reshaped) row i of the data."""
@@ -432,16 +476,20 @@ class GeneralDropoutComponent(RandomComponent):
 
     def precompute_indexes(self, misc_info: Any, input_indexes: list, output_indexes: list,
                            need_backprop: bool) -> GeneralDropoutComponentPrecomputedIndexes:
-        in_cols, out_cols = index_columns(input_indexes), index_columns(output_indexes)
-        if in_cols.shape != out_cols.shape or not np.array_equal(in_cols, out_cols):
-            raise RuntimeError("GeneralDropoutComponent: input and output indexes differ")
         # One mask row per (n, t // time-period) in order of first appearance
         # (t is ignored when time-period is 0); x never matters.
-        keys = np.zeros((len(in_cols), 2), dtype=np.int64)
-        keys[:, 0] = in_cols[:, 0]
-        if self.time_period != 0:
-            keys[:, 1] = in_cols[:, 1] // self.time_period
-        num_mask_rows, rows = first_appearance_numbers(keys)
+        tiled = _dropout_rows_tiled(input_indexes, output_indexes, self.time_period)
+        if tiled is not None:
+            num_mask_rows, rows = tiled
+        else:
+            in_cols, out_cols = index_columns(input_indexes), index_columns(output_indexes)
+            if in_cols.shape != out_cols.shape or not np.array_equal(in_cols, out_cols):
+                raise RuntimeError("GeneralDropoutComponent: input and output indexes differ")
+            keys = np.zeros((len(in_cols), 2), dtype=np.int64)
+            keys[:, 0] = in_cols[:, 0]
+            if self.time_period != 0:
+                keys[:, 1] = in_cols[:, 1] // self.time_period
+            num_mask_rows, rows = first_appearance_numbers(keys)
         multiple = self.dim // self.block_dim
         if multiple == 1:
             return GeneralDropoutComponentPrecomputedIndexes(num_mask_rows, rows.tolist())

@@ -93,7 +93,60 @@ def _computation_io(in_cols: np.ndarray, out_cols: np.ndarray,
 
 
 def get_computation_io(input_indexes: list, output_indexes: list) -> ComputationIo:
-    return _computation_io(index_columns(input_indexes), index_columns(output_indexes))[0]
+    nx, t_in = distinct_nx_and_t(input_indexes)
+    if nx.size == 0:
+        raise ValueError("empty input indexes")
+    io = ComputationIo(num_images=int(nx.size))
+    io.start_t_in, io.t_step_in, io.num_t_in = regularize_t_list(t_in)
+    io.start_t_out, io.t_step_out, io.num_t_out = regularize_t_list(
+        distinct_nx_and_t(output_indexes)[1])
+    io.reorder_t_in = 1
+    return io
+
+
+def distinct_nx_and_t(indexes: list) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct (n, x) keys, sorted distinct t values but kNoTime),
+    as read-only arrays.
+
+    A list that knows its n tiling (:class:`~pynnet3.nnet.index_lists.NTiling`,
+    as the lists of a computation loaded from the cache do) is looked at
+    through its base: the whole list has the base's t values and the base's
+    (n, x) pairs with k = 0 .. num_n-1 added to n, which for a 64-sequence
+    list is 1/64 of the work (and the list is never expanded).  Array-backed
+    lists keep the answer (many components see the same lists).
+    """
+    derived = getattr(indexes, "derived", None)
+    if derived is not None:
+        return derived("distinct-nx-t", _distinct_nx_and_t)
+    return _distinct_nx_and_t(indexes)
+
+
+def _sorted_distinct(values: np.ndarray) -> np.ndarray:
+    # (np.unique costs tens of microseconds of overhead; a set is faster
+    # for the few hundred values of a tiling's base.)
+    if values.size <= 512:
+        return np.array(sorted(set(values.tolist())), dtype=np.int64)
+    return np.unique(values)
+
+
+def _distinct_nx_and_t(indexes: list) -> tuple[np.ndarray, np.ndarray]:
+    tiling = getattr(indexes, "n_tiling", None)
+    if tiling is None or tiling.n_col != 0:
+        cols = index_columns(indexes)
+        nx = _sorted_distinct(_nx_keys(cols))
+    else:
+        cols = np.asarray(tiling.base, dtype=np.int64)
+        base_nx = _sorted_distinct(_nx_keys(cols))
+        shifts = np.arange(tiling.num_n, dtype=np.int64) * _NX_SHIFT
+        nx = (base_nx[None, :] + shifts[:, None]).ravel()
+        if tiling.num_n > 1 and base_nx.size > 1 and \
+                base_nx[-1] // _NX_SHIFT - base_nx[0] // _NX_SHIFT > 0:
+            nx = np.unique(nx)      # (base n values not all equal: copies interleave)
+    t = cols[:, 1]
+    t = _sorted_distinct(t[t != K_NO_TIME])
+    nx.flags.writeable = False
+    t.flags.writeable = False
+    return nx, t
 
 
 def _grid_columns(nx: np.ndarray, t_start: int, t_step: int, num_t_values: int,
