@@ -26,7 +26,10 @@ training and decoding case), the order in which Kaldi's queue creates the
 cindexes is a simple breadth-first one, and graph_bulk.py builds (and
 graph_bulk_prune.py prunes) the identical graph with NumPy, leaving it in
 the graph as arrays; compute() tries that first unless ``use_shortcuts`` is
-False, and falls back to the exact algorithm whenever it does not apply.
+False.  Otherwise (recurrent networks, requests that leave something
+uncomputable) the exact algorithm itself runs compiled (graph_exact_jit.py,
+with its prune) when every node fits its tables (graph_plan.py), and in
+Python here when not.
 """
 from __future__ import annotations
 
@@ -36,9 +39,12 @@ from typing import TYPE_CHECKING, Any, Iterable
 from ..errors import PynnetError
 from ..nnet.components.base import Component
 from ..nnet.index import Index
+from ..nnet.graph import graph_has_cycles, nnet_to_directed_graph
 from ..nnet.nnet import NodeType
 from .graph_bulk import BulkGraph, BulkPlan, build_graph_bulk, uses_default_hooks
 from .graph_bulk_prune import prune_bulk
+from .graph_exact_jit import JitGraph, build_graph_jit
+from .graph_plan import JitPlan, analyse_descriptor, make_jit_plan
 from .graph_types import (K_COMPUTABLE, K_NOT_COMPUTABLE, K_UNKNOWN,  # noqa: F401 (re-exported)
                           K_WILL_NOT_COMPUTE, CindexSet, ComputableInfo, ComputationGraph,
                           IndexSet, computable_info_name, print_cindex)
@@ -59,55 +65,6 @@ _new_index = tuple.__new__
 def _wrap32(v: int) -> int:
     # Offsets are added in int32 arithmetic in Kaldi (kNoTime - 1 wraps).
     return (v - _INT32_MIN) % (2 ** 32) + _INT32_MIN
-
-
-def _analyse_descriptor(desc: Any) -> tuple[bool, list | None]:
-    """(all_required, offsets) for a Descriptor.
-
-    ``all_required``: every cindex that get_dependencies() lists is needed,
-    i.e. the descriptor is built from forwarding expressions (node names,
-    Offset(), Round(), ReplaceIndex(), Switch()), Sum() and Const() only (no
-    IfDefined or Failover).  Then it is computable exactly when all its dependencies are,
-    and uses all of them, so the builder need not ask the descriptor.
-    ``offsets``: if, in addition, each dependency is ``(node, index + offset)``,
-    the list of ``(node, dn, dt, dx)`` in get_dependencies() order, else None.
-    """
-    from ..nnet import descriptor as d
-
-    offsets: list | None = []
-
-    def forwarding(f: Any) -> bool:
-        nonlocal offsets
-        dn = dt = dx = 0
-        while isinstance(f, d.OffsetForwardingDescriptor):
-            dn += f.offset[0]
-            dt += f.offset[1]
-            dx += f.offset[2]
-            f = f.src
-        if isinstance(f, d.SimpleForwardingDescriptor):
-            if offsets is not None:
-                offsets.append((f.src_node, dn, dt, dx))
-            return True
-        offsets = None
-        # Any other forwarding expression still maps to one required cindex.
-        return isinstance(f, d.ForwardingDescriptor)
-
-    def sum_part(p: Any) -> bool:
-        if type(p) is d.SimpleSumDescriptor:
-            return forwarding(p.src)
-        if type(p) is d.ConstantSumDescriptor:
-            return True
-        if type(p) is d.BinarySumDescriptor and p.op == d.BinarySumDescriptor.SUM:
-            return sum_part(p.src1) and sum_part(p.src2)
-        return False
-
-    try:
-        parts = desc.parts
-    except AttributeError:
-        return False, None
-    if type(desc) is not d.Descriptor or not all(sum_part(p) for p in parts):
-        return False, None
-    return True, offsets
 
 
 class ComputationGraphBuilder:
@@ -145,6 +102,12 @@ class ComputationGraphBuilder:
         self._bulk_plan: BulkPlan | None = None
         self._bulk: BulkGraph | None = None
         self._bulk_pruned = False
+        # Likewise while the compiled exact algorithm (graph_exact_jit.py)
+        # holds the unpruned graph; _jit_plan is made on first use (False:
+        # the network is beyond it).
+        self._jit_plan: JitPlan | None | bool = None
+        self._jit: JitGraph | None = None
+        self._recurrent: bool | None = None
         # Per-node tables for the inner loops.
         num_nodes = nnet.num_nodes()
         self._kind = [_KIND[node.node_type] for node in nnet.nodes]
@@ -165,7 +128,7 @@ class ComputationGraphBuilder:
         for n in range(num_nodes if use_shortcuts else 0):
             kind = self._kind[n]
             if kind == _DESCRIPTOR:
-                self._all_required[n], self._offsets[n] = _analyse_descriptor(
+                self._all_required[n], self._offsets[n] = analyse_descriptor(
                     self._descriptor[n])
             elif kind == _COMPONENT and self._simple_component[n]:
                 self._all_required[n] = True
@@ -177,7 +140,11 @@ class ComputationGraphBuilder:
     # -- per-cindex state (Kaldi's CindexInfo, one list per field) -------------------
     def _state_lists(self) -> None:
         """Make the state lists if the vectorised path left the state implied."""
-        if self._bulk is not None:
+        if self._jit is not None:
+            (self._computable, self._usable, self._queued, self._deps_computed,
+             self._depend_on_this) = self._jit.state_lists()
+            self._jit = None
+        elif self._bulk is not None:
             bulk = self._bulk
             num = len(bulk)
             self._computable = [K_COMPUTABLE] * num
@@ -249,14 +216,18 @@ class ComputationGraphBuilder:
 
         ``check=True`` runs the full internal consistency check after every
         iteration (slow; Kaldi does this at random) and so always uses the
-        exact algorithm.  Otherwise the first segment is built by the
+        exact algorithm.  Otherwise the first segment is built by the compiled or
         vectorised path where it applies (same result).
         """
         if self.request is not None and not self.graph.segment_ends:
             raise PynnetError("wrong call order: use compute(), prune(), compute(), prune(), ...")
-        if (self._use_shortcuts and not check and not len(self.graph)
-                and self._compute_bulk(request)):
-            return
+        if self._use_shortcuts and not check and not len(self.graph):
+            # The vectorised path never applies to a recurrent network.
+            if self._recurrent is None:
+                self._recurrent = graph_has_cycles(nnet_to_directed_graph(self.nnet))
+            if ((not self._recurrent and self._compute_bulk(request))
+                    or self._compute_jit(request)):
+                return
         self._state_lists()
         self.graph.invalidate_arrays()     # the exact algorithm changes the lists in place
         cur_segment_start = len(self.graph.cindexes)
@@ -286,6 +257,22 @@ class ComputationGraphBuilder:
         self._bulk = bulk
         # (The exact algorithm's iteration count is not reproduced; nothing reads it.)
         self.current_distance = 0
+        self.current_queue, self.next_queue = [], []
+        return True
+
+    def _compute_jit(self, request: ComputationRequest) -> bool:
+        """compute() by the compiled exact algorithm (graph_exact_jit.py), if it applies."""
+        if self._jit_plan is None:
+            self._jit_plan = make_jit_plan(self.nnet) or False
+        if self._jit_plan is False:
+            return False
+        jit = build_graph_jit(self._jit_plan, self.nnet, request)
+        if jit is None:
+            return False
+        self.request = request
+        self.graph.set_arrays(jit.graph_arrays())
+        self._jit = jit
+        self.current_distance = jit.distance
         self.current_queue, self.next_queue = [], []
         return True
 
@@ -572,6 +559,8 @@ class ComputationGraphBuilder:
     def all_outputs_are_computable(self) -> bool:
         if self._bulk is not None or self._bulk_pruned:
             return True      # the vectorised path only succeeds when everything is
+        if self._jit is not None:
+            return self._jit.all_outputs_are_computable()
         is_output = self._is_output
         cindexes = self.graph.cindexes
         for cid, state in enumerate(self._computable):
@@ -588,6 +577,8 @@ class ComputationGraphBuilder:
             raise PynnetError("get_computable_info() must be called after compute()")
         if self._bulk is not None:
             return [[True] * len(io.indexes) for io in self.request.outputs]
+        if self._jit is not None:
+            return self._jit.computable_info(self.request)
         self._state_lists()
         if not self._computable:
             raise PynnetError("get_computable_info() must be called before prune()")
@@ -727,6 +718,14 @@ class ComputationGraphBuilder:
                 self.graph.set_arrays(arrays)
                 self.graph.segment_ends.append(len(arrays.node))
                 self._bulk = None
+                self._bulk_pruned = True
+                return
+        if self._jit is not None:
+            arrays = self._jit.prune()
+            if arrays is not None:
+                self.graph.set_arrays(arrays)
+                self.graph.segment_ends.append(len(arrays.node))
+                self._jit = None
                 self._bulk_pruned = True
                 return
         self._state_lists()

@@ -20,9 +20,11 @@ A port of the second half of Kaldi's nnet-computation-graph.cc
 
 Everything index-heavy is done on NumPy columns of the graph
 (``graph.arrays()``; the graph's Python lists are never made): a cindex is
-encoded as one int64 key whose numeric order is Kaldi's Cindex order, so
-sorting a phase is an ``argsort`` and finding the cindex_ids of (node - 1,
-same Indexes) is a lookup.  Components' ``reorder_indexes`` get array-backed
+encoded as one int64 key whose numeric order is Kaldi's Cindex order
+(steps_table.py), so sorting the phases into sub-phases is one sort and
+finding the cindex_ids of (node - 1, same Indexes) is a lookup.  The phases
+of a recurrent epoch come from a compiled loop (steps_jit.py): an LSTM has
+thousands of them, a few cindexes each.  Components' ``reorder_indexes`` get array-backed
 index lists (those that work on arrays make no Index objects).  Per-element
 Python remains only for the few cindexes the steps add to the graph
 (padding with ``t = kNoTime`` and dim-range rows), which are handed to the
@@ -44,25 +46,27 @@ from ..nnet.graph import compute_nnet_computation_epochs
 from ..nnet.index import K_NO_TIME, Index, index_columns
 from ..nnet.nnet import NodeType
 from ..nnet.properties_cache import component_properties
+from .graph_bulk import uses_default_hooks
 from .graph_types import ComputationGraph, GraphArrays
 from .n_stride import IndexList
 from .request import ComputationRequest
+from .steps_table import _CindexTable  # noqa: F401 (compiler_descriptor.py imports it here)
+from .steps_jit import NO_START, STUCK, phases_for_epoch_jit
+from .steps_jit import OK as OK_PHASES
 
 if TYPE_CHECKING:
     from ..nnet.nnet import Nnet
 
 _INT64 = np.int64
+# What a sub-phase of a node becomes.
+(_SUB_NONE, _SUB_SIMPLE_COMPONENT, _SUB_SAME_INDEX_COMPONENT, _SUB_COMPONENT, _SUB_INPUT,
+ _SUB_OUTPUT, _SUB_DIM_RANGE) = range(7)
 # Component property bits as plain ints (IntFlag operators are slow).
 _P_SIMPLE = int(Prop.SIMPLE)
 _P_REORDERS_INDEXES = int(Prop.REORDERS_INDEXES)
 
 
 # -- vectorised views of the graph ---------------------------------------------------
-
-def _graph_ntx(arrays: GraphArrays) -> np.ndarray:
-    """(num, 3) int64 columns n, t, x of every cindex of the graph."""
-    return np.stack([arrays.n, arrays.t, arrays.x], axis=1).astype(_INT64)
-
 
 def _dependencies_of(arrays: GraphArrays, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(dependent, dependency) edge arrays for the cindex_ids ``ids``."""
@@ -73,133 +77,6 @@ def _dependencies_of(arrays: GraphArrays, ids: np.ndarray) -> tuple[np.ndarray, 
     first = np.repeat(starts - (np.cumsum(lens) - lens), lens)
     flat = arrays.dep_flat[first + np.arange(total, dtype=_INT64)].astype(_INT64)
     return np.repeat(ids, lens), flat
-
-
-class _Column:
-    """Order-preserving small-integer code of one Index field (n, t or x).
-
-    kNoTime (the smallest int32) gets code 0 so it still sorts first; other
-    values are offsets from the smallest, or ranks among the distinct values
-    when the range is too wide to multiply into one int64 key.
-    """
-
-    def __init__(self, values: np.ndarray, allow_offset: bool = True) -> None:
-        real = values[values != K_NO_TIME]
-        self.lo = int(real.min()) if real.size else 0
-        hi = int(real.max()) if real.size else 0
-        self.uniq: np.ndarray | None = None
-        if allow_offset and hi - self.lo < (1 << 22):
-            self.size = hi - self.lo + 2
-        else:
-            self.uniq = np.unique(real)
-            self.size = len(self.uniq) + 1
-
-    def encode(self, values: np.ndarray,
-               trusted: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
-        """(codes, valid): ``valid`` is None when every value is known (or
-        ``trusted``: the values are those the column was built from)."""
-        if self.uniq is None:
-            codes = values - (self.lo - 1)
-        else:
-            pos = np.searchsorted(self.uniq, values)
-            codes = pos + 1
-        if values.size == 0:
-            return codes, None
-        blank = values == K_NO_TIME if values.min() == K_NO_TIME else None
-        if blank is not None:
-            codes[blank] = 0
-        if trusted:
-            return codes, None
-        if self.uniq is None:
-            ok = (codes >= 1) & (codes < self.size)
-        elif len(self.uniq):
-            ok = self.uniq[np.minimum(pos, len(self.uniq) - 1)] == values
-        else:
-            ok = np.zeros(len(values), dtype=bool)
-        if blank is not None:
-            ok |= blank
-        return codes, (None if ok.all() else ok)
-
-
-class _CindexTable:
-    """The cindexes present when the steps computer starts, as sortable keys.
-
-    ``key = ((node * T + t) * X + x) * N + n`` (fields coded by _Column), so
-    sorting by key is sorting in Kaldi's Cindex order, and moving a cindex to
-    another node (a component's input node, a dim-range node's source) is
-    adding a multiple of ``node_stride``.  Cindexes added later (padding) are
-    looked up in the graph's own dictionary instead.
-    """
-
-    def __init__(self, arrays: GraphArrays, num_nodes: int) -> None:
-        self.num = len(arrays.node)
-        self.node = arrays.node.astype(_INT64)
-        self.ntx = ntx = _graph_ntx(arrays)
-        n, t, x = ntx[:, 0], ntx[:, 1], ntx[:, 2]
-        for allow_offset in (True, False):
-            self.cols = (_Column(t, allow_offset), _Column(x, allow_offset),
-                         _Column(n, allow_offset))
-            sizes = [c.size for c in self.cols]
-            if float(num_nodes) * sizes[0] * sizes[1] * sizes[2] < 2.0 ** 62:
-                break
-        else:
-            raise PynnetError("indexes too spread out to encode (bad request?)")
-        self.x_mul = sizes[2]
-        self.t_mul = sizes[1] * sizes[2]
-        self.node_stride = sizes[0] * self.t_mul
-        self.key = self._combine(self.node, t, x, n, trusted=True)[0]
-        # Lookups go through a dense key -> cindex_id array when that is small
-        # (the usual case: a few hundred nodes x frames x sequences), else
-        # through binary search in the sorted keys.
-        total = num_nodes * self.node_stride
-        self.dense: np.ndarray | None = None
-        if total <= 4 * self.num + (1 << 16):
-            self.dense = np.full(total, -1, dtype=np.int32)
-            self.dense[self.key] = np.arange(self.num, dtype=np.int32)
-        else:
-            self.perm = np.argsort(self.key)      # keys are unique: any sort will do
-            self.sorted_key = self.key[self.perm]
-
-    def _combine(self, node: np.ndarray, t: np.ndarray, x: np.ndarray, n: np.ndarray,
-                 trusted: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
-        ct, ok_t = self.cols[0].encode(t, trusted)
-        cx, ok_x = self.cols[1].encode(x, trusted)
-        cn, ok_n = self.cols[2].encode(n, trusted)
-        key = node * self.node_stride
-        ct *= self.t_mul
-        key += ct
-        cx *= self.x_mul
-        key += cx
-        key += cn
-        ok = None
-        for part in (ok_t, ok_x, ok_n):
-            if part is not None:
-                ok = part if ok is None else ok & part
-        return key, ok
-
-    def lookup_keys(self, keys: np.ndarray, ok: np.ndarray | None = None) -> np.ndarray:
-        """cindex_ids of encoded keys; -1 for those not in the table.
-
-        ``ok`` marks the keys whose fields were all encodable; keys of
-        cindexes of existing nodes are always in range, as are keys shifted
-        to another node.
-        """
-        if self.num == 0:
-            return np.full(len(keys), -1, dtype=_INT64)
-        if self.dense is not None:
-            if ok is None:
-                return self.dense[keys].astype(_INT64)
-            return np.where(ok, self.dense[np.where(ok, keys, 0)], -1).astype(_INT64)
-        pos = np.searchsorted(self.sorted_key, keys)
-        np.minimum(pos, self.num - 1, out=pos)
-        found = self.sorted_key[pos] == keys
-        if ok is not None:
-            found &= ok
-        return np.where(found, self.perm[pos], -1)
-
-    def lookup(self, node: np.ndarray, ntx: np.ndarray) -> np.ndarray:
-        key, ok = self._combine(node, ntx[:, 1], ntx[:, 2], ntx[:, 0])
-        return self.lookup_keys(key, ok)
 
 
 @contextmanager
@@ -228,41 +105,23 @@ def _phases_for_epoch(ids: np.ndarray, dependent: np.ndarray, dependency: np.nda
     ``ids``: sorted cindex_ids of one segment and epoch; ``dependent`` /
     ``dependency``: the dependency edges that stay inside it.  Kahn's
     algorithm one frontier at a time: a phase is every cindex whose last
-    in-epoch dependency was in the previous phase (Kaldi's candidates).
-    ``pos`` is scratch space mapping cindex_id -> position in ``ids``.
+    in-epoch dependency was in the previous phase (Kaldi's candidates), in
+    increasing cindex_id order; compiled (steps_jit.py), since an LSTM has
+    thousands of small phases.  ``pos`` is scratch space mapping
+    cindex_id -> position in ``ids``.
     """
     num = len(ids)
     pos[ids] = np.arange(num)
-    src = pos[dependent]
-    dst = pos[dependency]
-    remaining = np.bincount(src, minlength=num)
-    order = np.argsort(dst, kind="stable")
-    targets = src[order]
-    starts = np.zeros(num + 1, dtype=_INT64)
-    np.cumsum(np.bincount(dst, minlength=num), out=starts[1:])
-    frontier = np.flatnonzero(remaining == 0)
-    if frontier.size == 0:
+    status, ordered, bounds = phases_for_epoch_jit(ids, pos[dependent], pos[dependency])
+    if status == NO_START:
         raise PynnetError("trying to process a computation with cycles")
-    placed = 0
-    while frontier.size:
-        phases.append(ids[frontier])
-        placed += frontier.size
-        begin = starts[frontier]
-        counts = starts[frontier + 1] - begin
-        total = int(counts.sum())
-        if total == 0:
-            break
-        # Positions begin[i] .. begin[i] + counts[i] - 1 of 'targets', all i.
-        offsets = np.repeat(begin - np.cumsum(counts) + counts, counts) + np.arange(total)
-        cand, num_done = np.unique(targets[offsets], return_counts=True)
-        remaining[cand] -= num_done
-        frontier = cand[remaining[cand] == 0]
-        if frontier.size == 0:
-            raise PynnetError(
-                "the model has a kind of recurrence that cannot be computed (e.g. x[t] "
-                "depending on both x[t+1] and x[t-1]): no order of computation works")
-    if placed != num:
+    if status == STUCK:
+        raise PynnetError(
+            "the model has a kind of recurrence that cannot be computed (e.g. x[t] "
+            "depending on both x[t+1] and x[t-1]): no order of computation works")
+    if status != OK_PHASES:
         raise PynnetError("not every cindex could be given a phase (cycle in the graph?)")
+    phases.extend(ordered[a:b] for a, b in zip(bounds[:-1], bounds[1:]))
 
 
 def compute_computation_phases(nnet: "Nnet", graph: ComputationGraph) -> list[list[list[int]]]:
@@ -397,9 +256,45 @@ class ComputationStepsComputer:
         self._loc_step = np.full(capacity, -1, dtype=_INT64)
         self._loc_row = np.full(capacity, -1, dtype=_INT64)
         self._dim_range_done: set[tuple[int, int]] = set()
+        # Steps that list some cindex_id more than once (padding).
+        self._repeating_steps: set[int] = set()
         self._segment = 0
         self._kind = [node.node_type for node in nnet.nodes]
         self._is_output = [nnet.is_output_node(n) for n in range(num_nodes)]
+        # Per node, what a sub-phase of it turns into (see _SUB_* below).
+        self._sub_kind = [self._sub_phase_kind(n) for n in range(num_nodes)]
+        self._arange = np.arange(max(num, 1), dtype=_INT64)
+        # Key shift from a node's cindex to its input's with the same Index
+        # (simple components, dim-range nodes; 0: none such).
+        self._input_shift = [0] * num_nodes
+        for n in range(num_nodes):
+            if self._sub_kind[n] in (_SUB_SIMPLE_COMPONENT, _SUB_SAME_INDEX_COMPONENT):
+                self._input_shift[n] = -self._table.node_stride
+            elif self._sub_kind[n] == _SUB_DIM_RANGE:
+                self._input_shift[n] = (nnet.nodes[n].node_index - n) * self._table.node_stride
+
+    def _sub_phase_kind(self, node: int) -> int:
+        kind = self._kind[node]
+        if kind is NodeType.COMPONENT:
+            component = self.nnet.component_for_node(node)
+            props = component_properties(component)
+            if props & _P_SIMPLE:
+                return _SUB_SIMPLE_COMPONENT
+            if not props & _P_REORDERS_INDEXES and uses_default_hooks(component):
+                # Its one input per output is the same Index (e.g.
+                # BackpropTruncationComponent): the simple path's lookup gives
+                # the sorted union of the dependencies, where all are found.
+                return _SUB_SAME_INDEX_COMPONENT
+            return _SUB_COMPONENT
+        if kind is NodeType.INPUT:
+            return _SUB_INPUT
+        if self._is_output[node]:
+            return _SUB_OUTPUT
+        if kind is NodeType.DIM_RANGE:
+            return _SUB_DIM_RANGE
+        if kind is NodeType.DESCRIPTOR:
+            return _SUB_NONE
+        raise PynnetError(f"unknown node type {kind}")
 
     # -- bookkeeping -----------------------------------------------------------------
     def _grow_locations(self) -> None:
@@ -412,18 +307,23 @@ class ComputationStepsComputer:
     def _add_step(self, ids: np.ndarray, may_repeat: bool = False) -> int:
         """AddStep: append a step and record where each of its cindex_ids is."""
         step_index = len(self.steps)
-        ids = np.ascontiguousarray(ids, dtype=_INT64)
+        if ids.dtype != _INT64 or not ids.flags.c_contiguous:
+            ids = np.ascontiguousarray(ids, dtype=_INT64)
         self.steps.append(ids)
         if ids.size:
             if may_repeat:
                 # A cindex listed twice (padding) is located at its last row, as
                 # Kaldi's sequential loop leaves it.
                 rev_unique, first_in_rev = np.unique(ids[::-1], return_index=True)
+                if len(rev_unique) < len(ids):
+                    self._repeating_steps.add(step_index)
                 self._loc_step[rev_unique] = step_index
                 self._loc_row[rev_unique] = len(ids) - 1 - first_in_rev
             else:
                 self._loc_step[ids] = step_index
-                self._loc_row[ids] = np.arange(len(ids))
+                num = len(ids)
+                self._loc_row[ids] = (self._arange[:num] if num <= len(self._arange)
+                                      else np.arange(num))
         return step_index
 
     def _ids_of(self, node: np.ndarray, ntx: np.ndarray, add_if_absent: bool) -> np.ndarray:
@@ -499,12 +399,90 @@ class ComputationStepsComputer:
     def compute_for_segment(self, request: ComputationRequest,
                             phases: Sequence[Sequence[int]]) -> None:
         """ComputeForSegment: the steps of one segment, appended to ``steps``."""
-        for phase in phases:
-            for sub_phase in self._split_into_sub_phases(phase):
-                self._process_sub_phase(request, sub_phase)
+        if phases:
+            self._process_phases(request, phases)
         self.step_to_segment.extend([self._segment] * (len(self.steps)
                                                         - len(self.step_to_segment)))
         self._segment += 1
+
+    def _process_phases(self, request: ComputationRequest,
+                        phases: Sequence[Sequence[int]]) -> None:
+        """Split every phase into sub-phases (one node each, in Kaldi's Cindex
+        order) with one sort, then turn each into steps."""
+        arrays = [np.asarray(p, dtype=_INT64) for p in phases]
+        sizes = np.fromiter(map(len, arrays), _INT64, len(arrays))
+        if (sizes == 0).any():
+            raise PynnetError("computation steps: empty phase")
+        flat = np.concatenate(arrays)
+        table = self._table
+        if int(flat.max()) >= table.num or int(flat.min()) < 0:
+            raise PynnetError("computation steps: phase has an invalid cindex_id")
+        phase_of = np.repeat(np.arange(len(arrays), dtype=_INT64), sizes)
+        ids = flat[np.lexsort((table.key[flat], phase_of))]   # keys are unique
+        nodes = table.node[ids]
+        cut = np.flatnonzero((nodes[1:] != nodes[:-1]) | (phase_of[1:] != phase_of[:-1])) + 1
+        starts = np.concatenate([[0], cut]).tolist()
+        ends = cut.tolist() + [len(ids)]
+        sub_nodes = nodes[starts].tolist()
+        # The input rows of every simple-component sub-phase at once (the
+        # same Indexes one node down), and the source rows of every dim-range
+        # sub-phase (the same Indexes at its source node).
+        sub_kind = self._sub_kind
+        shift = self._input_shift
+        with_input = np.array([sh != 0 for sh in shift], dtype=bool)[nodes]
+        inputs = np.full(len(ids), -1, dtype=_INT64)
+        missing = [0] * (len(ids) + 1)    # prefix counts of inputs not found
+        if with_input.any():
+            where = np.flatnonzero(with_input)
+            inputs[where] = table.lookup_keys(table.key[ids[where]]
+                                              + np.array(shift, dtype=_INT64)[nodes[where]])
+            bad = np.zeros(len(ids) + 1, dtype=_INT64)
+            bad[1:][where] = inputs[where] < 0
+            if bad.any():
+                missing = np.cumsum(bad).tolist()
+        # Simple-component steps are appended at once and located in runs
+        # (their cindex_ids are all distinct); anything else that reads or
+        # writes locations comes after the pending run is located.
+        steps = self.steps
+        pending = len(steps)
+        for a, b, node in zip(starts, ends, sub_nodes):
+            kind = sub_kind[node]
+            if kind == _SUB_SIMPLE_COMPONENT or kind == _SUB_SAME_INDEX_COMPONENT:
+                if missing[b] == missing[a]:
+                    steps.append(inputs[a:b])
+                    steps.append(ids[a:b])
+                    continue
+                if kind == _SUB_SIMPLE_COMPONENT:
+                    raise PynnetError(
+                        f"computation steps: component node {self.nnet.node_names[node]} has "
+                        "cindexes without an input (is a component node given as an input?)")
+                kind = _SUB_COMPONENT     # (given as an input, say: ask the graph)
+            if kind == _SUB_NONE:
+                continue
+            if pending < len(steps):
+                self._locate_steps(pending)
+            if kind == _SUB_COMPONENT:
+                self._process_component_step(ids[a:b])
+            elif kind == _SUB_INPUT:
+                self._process_input_or_output_step(request, False, ids[a:b])
+            elif kind == _SUB_OUTPUT:
+                self._process_input_or_output_step(request, True, ids[a:b])
+            elif kind == _SUB_DIM_RANGE:
+                self._process_dim_range_sub_phase(
+                    ids[a:b], inputs[a:b] if missing[b] == missing[a] else None)
+            # (A component's input descriptor is handled with the component.)
+            pending = len(steps)
+        if pending < len(steps):
+            self._locate_steps(pending)
+
+    def _locate_steps(self, first: int) -> None:
+        """Record the locations of steps[first:] (their cindex_ids all distinct)."""
+        new = self.steps[first:]
+        sizes = np.fromiter(map(len, new), _INT64, len(new))
+        flat = np.concatenate(new)
+        ends = np.cumsum(sizes)
+        self._loc_step[flat] = np.repeat(np.arange(first, first + len(new), dtype=_INT64), sizes)
+        self._loc_row[flat] = np.arange(len(flat), dtype=_INT64) - np.repeat(ends - sizes, sizes)
 
     def _split_into_sub_phases(self, phase: Sequence[int] | np.ndarray) -> list[np.ndarray]:
         ids = np.asarray(phase, dtype=_INT64)
@@ -601,22 +579,32 @@ class ComputationStepsComputer:
                                out_ntx, added_padding)
         self._add_step(new_ids, may_repeat=added_padding)
 
-    def _process_dim_range_sub_phase(self, sub_phase: np.ndarray) -> None:
+    def _process_dim_range_sub_phase(self, sub_phase: np.ndarray,
+                                     input_ids: np.ndarray | None = None) -> None:
+        """``input_ids``: the source node's cindex_ids of the same Indexes, if
+        the caller has them (all found)."""
         table = self._table
         dim_range_node = int(table.node[sub_phase[0]])
         input_node = self.nnet.nodes[dim_range_node].node_index
         shift = (input_node - dim_range_node) * table.node_stride
-        input_ids = table.lookup_keys(table.key[sub_phase] + shift)
-        if (input_ids < 0).any():
-            raise PynnetError(f"computation steps: dim-range node "
-                              f"{self.nnet.node_names[dim_range_node]} lacks its input")
+        if input_ids is None:
+            input_ids = table.lookup_keys(table.key[sub_phase] + shift)
+            if (input_ids < 0).any():
+                raise PynnetError(f"computation steps: dim-range node "
+                                  f"{self.nnet.node_names[dim_range_node]} lacks its input")
         source_steps = self._loc_step[input_ids]
-        if (source_steps < 0).any():
+        first = int(source_steps[0])
+        if (source_steps == first).all():
+            values = [first]     # one source step (the usual case)
+        else:
+            runs = np.concatenate([[True], source_steps[1:] != source_steps[:-1]])
+            values = source_steps[runs].tolist()
+        if min(values) < 0:
             raise PynnetError("computation steps: a dim-range node's input is not computed "
                               "before it (bug?)")
         # Kaldi inserts each run's step into an unordered_set and walks it.
-        runs = np.concatenate([[True], source_steps[1:] != source_steps[:-1]])
-        for source_step in unordered_set_iteration_order(source_steps[runs].tolist()):
+        for source_step in (values if len(values) == 1
+                            else unordered_set_iteration_order(values)):
             pair = (source_step, dim_range_node)
             if pair in self._dim_range_done:
                 continue
@@ -624,6 +612,13 @@ class ComputationStepsComputer:
             src = self.steps[source_step]
             # The step covers every row of the source step, needed or not (it
             # will be a sub-matrix of the source's matrix, so it costs nothing).
+            if (source_step not in self._repeating_steps and src.size
+                    and int(src.max()) < table.num):
+                # Usually every row is in the graph already: shift the keys.
+                ids = table.lookup_keys(table.key[src] - shift)
+                if (ids >= 0).all():
+                    self._add_step(ids)
+                    continue
             ids = self._ids_of(np.full(len(src), dim_range_node, dtype=_INT64),
                                self._columns_of(src), True)
             self._add_step(ids, may_repeat=True)
