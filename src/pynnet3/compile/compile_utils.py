@@ -68,6 +68,13 @@ class PairLists:
         ptr = self.row_ptr[begin:end + 1]
         return PairLists(ptr - ptr[0], self.pairs[ptr[0]:ptr[-1]])
 
+    def to_lists_mapped(self, table: Sequence[int]) -> list[list[tuple[int, int]]]:
+        """``map_first(table).to_lists()`` without the intermediate arrays."""
+        pairs = self.pairs
+        flat = [(table[a], b) for a, b in zip(pairs[:, 0].tolist(), pairs[:, 1].tolist())]
+        rp = self.row_ptr.tolist()
+        return [flat[rp[r]:rp[r + 1]] for r in range(len(rp) - 1)]
+
     def to_lists(self) -> list[list[tuple[int, int]]]:
         flat = [tuple(p) for p in self.pairs.tolist()]
         rp = self.row_ptr.tolist()

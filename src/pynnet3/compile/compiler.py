@@ -33,7 +33,7 @@ from ..nnet.nnet import NodeType
 from ..nnet.properties_cache import component_properties, component_properties_cached
 from .compile_utils import PairLists
 from .compiler_descriptor import (CindexTable, compile_backward_from_submat_locations_list,
-                                  compile_forward_from_submat_locations_list,
+                                  compile_forward_from_step_locations,
                                   compute_input_locations_lists, split_by_scale)
 from .computation import (Command, CommandType, MatrixDebugInfo, NnetComputation,
                           PrecomputedIndexesInfo, StrideType)
@@ -117,6 +117,7 @@ class Compiler:
         # Per-compilation memos: component property flags, descriptor-part scales.
         self._props: dict[int, int] = {}
         self._scales: dict[int, tuple] = {}
+        self._part_dims: dict[int, list[int]] = {}   # descriptor node -> its parts' dims
         self._graph_arrays = None   # set by _set_graph_columns() once the steps are known
 
     # -- the driver -------------------------------------------------------------
@@ -313,6 +314,7 @@ class Compiler:
         table = CindexTable(self.graph, nnet.num_nodes())
         step_node = np.zeros(len(by_step), dtype=np.int64)
         self.steps = [StepInfo() for _ in by_step]
+        node_shape: dict[int, tuple[int, StrideType]] = {}
         for step, ids in enumerate(by_step):
             info = self.steps[step]
             info.output_cindex_ids = ids_arr = np.asarray(ids, dtype=np.int64)
@@ -327,12 +329,16 @@ class Compiler:
                 info.node_index = int(cindex_node[by_step[step + 1][0]]) - 1
                 step_node[step] = info.node_index
                 continue
-            info.node_index = int(cindex_node[ids[0]])
-            step_node[step] = info.node_index
-            node = nnet.nodes[info.node_index]
-            num_rows, num_cols = len(ids), nnet.node_dim(info.node_index)
+            info.node_index = node_index = int(cindex_node[ids[0]])
+            step_node[step] = node_index
+            node = nnet.nodes[node_index]
+            # (A recurrent layer has a step per frame: ask the network once per node.)
+            shape = node_shape.get(node_index)
+            if shape is None:
+                shape = node_shape[node_index] = (nnet.node_dim(node_index),
+                                                  self.get_stride_type(node_index))
+            num_rows, (num_cols, stride) = len(ids), shape
             if node.node_type is not NodeType.DIM_RANGE:
-                stride = self.get_stride_type(info.node_index)
                 info.value = computation.new_matrix(num_rows, num_cols, stride)
                 if deriv_needed[step]:
                     info.deriv = computation.new_matrix(num_rows, num_cols, stride)
@@ -360,32 +366,35 @@ class Compiler:
         # steps[s].node_index / .value / .deriv as arrays, for mapping (step, row)
         # locations to (submatrix, row) ones.
         self.step_node = step_node
-        self.step_value = np.array([s.value for s in self.steps], dtype=np.int64)
+        self.step_value_list = [s.value for s in self.steps]
+        self.step_value = np.array(self.step_value_list, dtype=np.int64)
         self.step_deriv = np.array([s.deriv for s in self.steps], dtype=np.int64)
 
     def _set_up_descriptor_step(self, step: int, need_deriv: bool, table: CindexTable,
                                 computation: NnetComputation) -> None:
         info = self.steps[step]
-        nnet = self.nnet
-        desc = nnet.nodes[info.node_index].descriptor
-        num_parts = desc.num_parts()
-        if num_parts == 0:
-            raise PynnetError("descriptor with no parts")
+        part_dims = self._part_dims.get(info.node_index)
+        if part_dims is None:
+            nnet = self.nnet
+            desc = nnet.nodes[info.node_index].descriptor
+            if desc.num_parts() == 0:
+                raise PynnetError("descriptor with no parts")
+            part_dims = [desc.part(p).dim(nnet.node_dim) for p in range(desc.num_parts())]
+            if sum(part_dims) != desc.dim(nnet.node_dim):
+                raise PynnetError("descriptor parts do not add up to its dimension")
+            self._part_dims[info.node_index] = part_dims
         # (input_locations_list: see _compute_input_locations, after all steps)
-        if num_parts == 1:
+        if len(part_dims) == 1:
             info.value_parts = [info.value]
             if need_deriv:
                 info.deriv_parts = [info.deriv]
             return
         offset = 0
-        for p in range(num_parts):
-            dim = desc.part(p).dim(nnet.node_dim)
+        for dim in part_dims:
             info.value_parts.append(computation.new_submatrix(info.value, 0, -1, offset, dim))
             if need_deriv:
                 info.deriv_parts.append(computation.new_submatrix(info.deriv, 0, -1, offset, dim))
             offset += dim
-        if offset != desc.dim(nnet.node_dim):
-            raise PynnetError("descriptor parts do not add up to its dimension")
 
     def _compute_input_locations(self, table: CindexTable) -> None:
         """Kaldi's ComputeInputLocationsList for every part of every
@@ -553,8 +562,8 @@ class Compiler:
         if shared_alpha - shared_alpha == 0.0:
             split = [(shared_alpha, locations)]
         for alpha, locs in split:
-            compile_forward_from_submat_locations_list(computation, value_sub, alpha,
-                                                       locs.map_first(self.step_value))
+            compile_forward_from_step_locations(computation, value_sub, alpha, locs,
+                                                self.step_value, self.step_value_list)
 
     # -- backward --------------------------------------------------------------------
     def compile_backward(self, step: int, computation: NnetComputation) -> None:

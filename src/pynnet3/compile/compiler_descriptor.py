@@ -19,7 +19,8 @@ import numpy as np
 from ..errors import PynnetError
 from ..nnet import descriptor as d
 from ..nnet.index import K_NO_TIME, Index
-from .compile_utils import (PairLists, convert_to_indexes, has_contiguous_property,
+from .compile_utils import (PairLists, _as_split, _split_locations_small, _use_lists,
+                            convert_to_indexes, has_contiguous_property,
                             split_locations, split_locations_backward)
 from .computation import Command, CommandType, NnetComputation
 from .graph_types import CindexSet, ComputationGraph
@@ -27,7 +28,7 @@ from .n_stride import IndexList
 from .steps import _CindexTable as _StepsCindexTable
 
 __all__ = ["CindexTable", "compute_input_locations_list", "split_by_scale",
-           "compile_forward_from_submat_locations_list",
+           "compile_forward_from_submat_locations_list", "compile_forward_from_step_locations",
            "compile_backward_from_submat_locations_list"]
 
 
@@ -343,11 +344,52 @@ def compile_forward_from_submat_locations(computation: NnetComputation, value_su
     computation.commands.append(Command(CommandType.ADD_ROWS_MULTI, alpha, value_submatrix, k))
 
 
+def compile_forward_from_step_locations(computation: NnetComputation, value_submatrix: int,
+                                        alpha: float, step_lists: PairLists,
+                                        step_value: np.ndarray,
+                                        step_value_list: Sequence[int]) -> None:
+    """compile_forward_from_submat_locations_list of (step, row) locations,
+    mapped to (submatrix, row) through ``step_value`` (the same as a list)."""
+    if _use_lists(step_lists):
+        # A few rows (a recurrent layer's step per frame): the same decisions
+        # on Python lists, which beats a dozen NumPy calls on tiny arrays.
+        for split in _split_locations_small(step_lists.to_lists_mapped(step_value_list)):
+            _compile_forward_small(computation, value_submatrix, alpha, split)
+        return
+    compile_forward_from_submat_locations_list(computation, value_submatrix, alpha,
+                                               step_lists.map_first(step_value))
+
+
 def compile_forward_from_submat_locations_list(computation: NnetComputation,
                                                value_submatrix: int, alpha: float,
                                                submat_lists: PairLists) -> None:
+    if _use_lists(submat_lists):
+        for split in _split_locations_small(submat_lists.to_lists()):
+            _compile_forward_small(computation, value_submatrix, alpha, split)
+        return
     for split in split_locations(submat_lists):
         compile_forward_from_submat_locations(computation, value_submatrix, alpha, split)
+
+
+def _compile_forward_small(computation: NnetComputation, value_submatrix: int, alpha: float,
+                           split: list[tuple[int, int]]) -> None:
+    """compile_forward_from_submat_locations (and ..._from_indexes) on a list."""
+    firsts = {s for s, _ in split if s != -1}
+    if len(firsts) != 1:
+        # Several sources (AddRowsMulti), or none at all (the array code's answer).
+        compile_forward_from_submat_locations(computation, value_submatrix, alpha,
+                                              _as_split(split))
+        return
+    (source,) = firsts
+    indexes = [r if s != -1 else -1 for s, r in split]
+    num_rows = len(indexes)
+    if computation.submatrices[source].num_rows == num_rows \
+            and indexes == list(range(num_rows)):
+        computation.commands.append(Command(CommandType.MATRIX_ADD, alpha, value_submatrix,
+                                            source))
+        return
+    k = computation.add_indexes(np.array(indexes, dtype=np.int32))
+    computation.commands.append(Command(CommandType.ADD_ROWS, alpha, value_submatrix, source, k))
 
 
 # --------------------------------------------------------------------------
