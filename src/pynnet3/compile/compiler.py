@@ -32,7 +32,7 @@ from ..nnet.index import Index
 from ..nnet.nnet import NodeType
 from ..nnet.properties_cache import component_properties, component_properties_cached
 from .compile_utils import PairLists
-from .compiler_descriptor import (CindexTable, compile_backward_from_submat_locations_list,
+from .compiler_descriptor import (CindexTable, compile_backward_from_step_locations,
                                   compile_forward_from_step_locations,
                                   compute_input_locations_lists, split_by_scale)
 from .computation import (Command, CommandType, MatrixDebugInfo, NnetComputation,
@@ -368,7 +368,8 @@ class Compiler:
         self.step_node = step_node
         self.step_value_list = [s.value for s in self.steps]
         self.step_value = np.array(self.step_value_list, dtype=np.int64)
-        self.step_deriv = np.array([s.deriv for s in self.steps], dtype=np.int64)
+        self.step_deriv_list = [s.deriv for s in self.steps]
+        self.step_deriv = np.array(self.step_deriv_list, dtype=np.int64)
 
     def _set_up_descriptor_step(self, step: int, need_deriv: bool, table: CindexTable,
                                 computation: NnetComputation) -> None:
@@ -623,10 +624,9 @@ class Compiler:
         if shared_alpha - shared_alpha == 0.0:
             split = [(shared_alpha, locations)]
         for alpha, locs in split:
-            # Inputs whose derivative is not needed are left out.
-            mapped = locs.map_first(self.step_deriv)
-            mapped = mapped.select(mapped.pairs[:, 0] > 0) if mapped.pairs.shape[0] else mapped
-            compile_backward_from_submat_locations_list(computation, deriv_sub, alpha, mapped)
+            # (Inputs whose derivative is not needed are left out.)
+            compile_backward_from_step_locations(computation, deriv_sub, alpha, locs,
+                                                 self.step_deriv, self.step_deriv_list)
 
     # -- debug info --------------------------------------------------------------------
     def output_debug_info(self, computation: NnetComputation) -> None:

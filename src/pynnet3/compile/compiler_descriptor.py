@@ -19,7 +19,8 @@ import numpy as np
 from ..errors import PynnetError
 from ..nnet import descriptor as d
 from ..nnet.index import K_NO_TIME, Index
-from .compile_utils import (PairLists, _as_split, _split_locations_small, _use_lists,
+from .compile_utils import (PairLists, _as_split, _split_locations_backward_small,
+                            _split_locations_small, _use_lists,
                             convert_to_indexes, has_contiguous_property,
                             split_locations, split_locations_backward)
 from .computation import Command, CommandType, NnetComputation
@@ -29,6 +30,7 @@ from .steps import _CindexTable as _StepsCindexTable
 
 __all__ = ["CindexTable", "compute_input_locations_list", "split_by_scale",
            "compile_forward_from_submat_locations_list", "compile_forward_from_step_locations",
+           "compile_backward_from_step_locations",
            "compile_backward_from_submat_locations_list"]
 
 
@@ -461,3 +463,54 @@ def compile_backward_from_submat_locations_list(computation: NnetComputation,
                                                 submat_lists: PairLists) -> None:
     for split in split_locations_backward(submat_lists):
         compile_backward_from_submat_locations(computation, deriv_submatrix, alpha, split)
+
+
+def compile_backward_from_step_locations(computation: NnetComputation, deriv_submatrix: int,
+                                         alpha: float, step_lists: PairLists,
+                                         step_deriv: np.ndarray,
+                                         step_deriv_list: Sequence[int]) -> None:
+    """compile_backward_from_submat_locations_list of (step, row) locations,
+    mapped to (derivative submatrix, row) through ``step_deriv``; inputs whose
+    derivative is not needed (submatrix 0) are left out."""
+    if _use_lists(step_lists):
+        rows = [[p for p in row if p[0] > 0]
+                for row in step_lists.to_lists_mapped(step_deriv_list)]
+        for split in _split_locations_backward_small(rows):
+            _compile_backward_small(computation, deriv_submatrix, alpha, split)
+        return
+    mapped = step_lists.map_first(step_deriv)
+    mapped = mapped.select(mapped.pairs[:, 0] > 0) if mapped.pairs.shape[0] else mapped
+    compile_backward_from_submat_locations_list(computation, deriv_submatrix, alpha, mapped)
+
+
+def _compile_backward_small(computation: NnetComputation, deriv_submatrix: int, alpha: float,
+                            split: list[tuple[int, int]]) -> None:
+    """compile_backward_from_submat_locations on a list: the MatrixAdd and
+    reversed-AddRows cases in Python, anything else by the array code."""
+    firsts = {s for s, _ in split if s != -1}
+    if len(firsts) != 1:
+        compile_backward_from_submat_locations(computation, deriv_submatrix, alpha,
+                                               _as_split(split))
+        return
+    (source,) = firsts
+    indexes = [r if s != -1 else -1 for s, r in split]
+    num_rows = computation.submatrices[deriv_submatrix].num_rows
+    input_num_rows = computation.submatrices[source].num_rows
+    if len(indexes) == num_rows and min(indexes) >= -1 and max(indexes) < input_num_rows:
+        if input_num_rows == num_rows and indexes == list(range(num_rows)):
+            computation.commands.append(Command(CommandType.MATRIX_ADD, alpha, source,
+                                                deriv_submatrix))
+            return
+        used = [i for i in indexes if i >= 0]
+        if input_num_rows >= num_rows and len(set(used)) == len(used):
+            reverse = [-1] * input_num_rows
+            for pos, i in enumerate(indexes):
+                if i >= 0:
+                    reverse[i] = pos
+            k = computation.add_indexes(np.array(reverse, dtype=np.int32))
+            computation.commands.append(Command(CommandType.ADD_ROWS, alpha, source,
+                                                deriv_submatrix, k))
+            return
+    # AddRowRanges, or the errors: the array code decides.
+    compile_backward_from_indexes(computation, deriv_submatrix, source, alpha,
+                                  np.array(indexes, dtype=np.int32))
