@@ -35,7 +35,7 @@ from .compile_utils import PairLists
 from .compiler_descriptor import (CindexTable, compile_backward_from_step_locations,
                                   compile_forward_from_step_locations,
                                   compute_input_locations_lists, split_by_scale)
-from .computation import (Command, CommandType, MatrixDebugInfo, NnetComputation,
+from .computation import (Command, CommandType, MatrixDebugInfo, NnetComputation, make_command,
                           PrecomputedIndexesInfo, StrideType)
 from .graph import ComputationGraphBuilder
 from .graph_types import ComputationGraph
@@ -443,12 +443,13 @@ class Compiler:
                 supplied.add(computation.submatrices[info.value].matrix_index)
             if self.nnet.is_output_node(info.node_index) and info.deriv != 0:
                 supplied.add(computation.submatrices[info.deriv].matrix_index)
+        append = computation.commands.append
         for m in range(1, len(computation.matrices)):
             if m not in supplied:
                 s = whole_submatrices[m]
-                computation.commands.append(Command(T.ALLOC_MATRIX, 1.0, s))
+                append(make_command(T.ALLOC_MATRIX, 1.0, s, -1, -1, -1, -1, -1, -1))
                 # Kaldi zeroes every matrix here; the optimizer removes what is redundant.
-                computation.commands.append(Command(T.SET_CONST, 0.0, s))
+                append(make_command(T.SET_CONST, 0.0, s, -1, -1, -1, -1, -1, -1))
 
     def set_up_precomputed_indexes(self, step_to_segment: list[int],
                                    computation: NnetComputation) -> None:
@@ -493,9 +494,11 @@ class Compiler:
                     raise PynnetError(f"input step for {name} not in the request")
                 if matches[0].has_deriv:
                     will_destroy[computation.submatrices[info.deriv].matrix_index] = False
+        append = computation.commands.append
         for m in range(1, len(computation.matrices)):
             if will_destroy[m]:
-                computation.commands.append(Command(T.DEALLOC_MATRIX, 1.0, whole_submatrices[m]))
+                append(make_command(T.DEALLOC_MATRIX, 1.0, whole_submatrices[m],
+                                    -1, -1, -1, -1, -1, -1))
 
     # -- forward ---------------------------------------------------------------------
     def is_input_step(self, step: int) -> bool:

@@ -151,6 +151,23 @@ class Command:
     arg6: int = -1
     arg7: int = -1
 
+    def __init__(self, command_type: CommandType, alpha: float = 1.0, arg1: int = -1,
+                 arg2: int = -1, arg3: int = -1, arg4: int = -1, arg5: int = -1,
+                 arg6: int = -1, arg7: int = -1) -> None:
+        # (dataclass's generated __init__ for a frozen class assigns through
+        # object.__setattr__; storing through the slots is twice as fast, and
+        # the compiler makes tens of thousands of commands.)
+        s0, s1, s2, s3, s4, s5, s6, s7, s8 = _SET_FIELDS
+        s0(self, command_type)
+        s1(self, alpha)
+        s2(self, arg1)
+        s3(self, arg2)
+        s4(self, arg3)
+        s5(self, arg4)
+        s6(self, arg5)
+        s7(self, arg6)
+        s8(self, arg7)
+
     @property
     def args(self) -> tuple[int, int, int, int, int, int, int]:
         return (self.arg1, self.arg2, self.arg3, self.arg4, self.arg5, self.arg6, self.arg7)
