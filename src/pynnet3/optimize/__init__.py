@@ -12,6 +12,12 @@ each one (tests run the ComputationChecker there; see :func:`checking_hook`).
 A failure in a pass or in the hook raises :class:`OptimizationPassError`
 naming the pass and the passes that ran before it.
 
+Without a hook, the renumbering after the row-op passes, extend_matrices
+and variable merging share the array form of the computation
+(:class:`~.arrays.ComputationArrays`) and write it back once; with a hook
+each writes its result back, so the hook sees every step (the results are
+the same).
+
 Passes live in one module per family: ``misc`` (addition->assignment,
 zeroing, sizing commands, allocation, I/O order), ``variable_merging``,
 ``renumber`` (shared renumbering utilities), and ``deriv_times``,
@@ -26,11 +32,13 @@ import importlib
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
-from ..compile.computation import MatrixDebugInfo, NnetComputation
+from ..compile.computation import MatrixDebugInfo, MatrixInfo, NnetComputation
 from ..compile.request import ComputationRequest
 from ..errors import ComputationCheckError, PynnetError
+from .. import log
 from ..log import vlog
 from ..nnet.properties_cache import component_properties_cached
+from .arrays import ComputationArrays, share_table_memos
 from .options import INT32_MAX, INT32_MIN, OptimizeOptions
 
 __all__ = ["OptimizeOptions", "optimize", "max_output_time_in_request", "OptimizationPass",
@@ -75,9 +83,10 @@ def copy_computation(computation: NnetComputation) -> NnetComputation:
     objects are shared (copying the cindexes of a large request costs more
     than all the passes), so passes must replace them, never change them in
     place."""
-    return replace(
+    copy = replace(
         computation,
-        matrices=[replace(m) for m in computation.matrices],
+        matrices=[MatrixInfo(m.num_rows, m.num_cols, m.stride_type)
+                  for m in computation.matrices],
         matrix_debug_info=[MatrixDebugInfo(d.is_deriv, d.cindexes)
                            for d in computation.matrix_debug_info],
         submatrices=list(computation.submatrices),
@@ -86,6 +95,10 @@ def copy_computation(computation: NnetComputation) -> NnetComputation:
         indexes_multi=[a.copy() for a in computation.indexes_multi],
         indexes_ranges=[a.copy() for a in computation.indexes_ranges],
         commands=list(computation.commands))
+    # The same command and submatrix records: the tables remembered for
+    # them hold (they are checked against the records when used).
+    share_table_memos(computation, copy)
+    return copy
 
 
 # ---------------------------------------------------------------------------
@@ -112,6 +125,11 @@ class OptimizationPass:
     gate: Callable[[OptimizeOptions], bool]
     call: Callable[[Callable[..., Any], _Context], Any]
     renumber_group: bool = False
+    # The function also takes the array form of the computation
+    # (ComputationArrays) in place of the computation: consecutive such
+    # passes share one, written back after the last (when no hook needs to
+    # see the computation in between).
+    on_arrays: bool = False
 
 
 def _deriv_time_limits(ctx: _Context) -> tuple[int, int]:
@@ -159,12 +177,13 @@ PASSES: tuple[OptimizationPass, ...] = (
                      _row_ops_gate("optimize_row_ops"), _comp, renumber_group=True),
     OptimizationPass("extend_matrices", "extend", "extend_matrices",
                      lambda o: o.optimize and o.extend_matrices
-                     and not o.optimize_looped_computation, _comp),
+                     and not o.optimize_looped_computation, _comp, on_arrays=True),
     OptimizationPass("variable_merging_optimization", "variable_merging",
                      "variable_merging_optimization",
                      lambda o: o.optimize and (o.remove_assignments or o.backprop_in_place
                                                or o.propagate_in_place),
-                     lambda fn, ctx: fn(ctx.options, ctx.nnet, ctx.computation)),
+                     lambda fn, ctx: fn(ctx.options, ctx.nnet, ctx.computation),
+                     on_arrays=True),
     OptimizationPass("remove_unnecessary_zeroing", "misc", "remove_unnecessary_zeroing",
                      lambda o: o.optimize and o.initialize_undefined, _nnet_comp),
     OptimizationPass("move_sizing_commands", "misc", "move_sizing_commands",
@@ -236,6 +255,21 @@ def _optimize(options: OptimizeOptions, nnet: Any,
     ctx = _Context(options, nnet, lambda: _max_time(max_output_time),
                    copy_computation(computation))
     done: list[str] = []
+    # The array form shared by consecutive array passes (only without a
+    # hook, which must see the computation after every pass).
+    arrays: ComputationArrays | None = None
+
+    def to_arrays() -> ComputationArrays:
+        nonlocal arrays
+        if arrays is None:
+            arrays = ComputationArrays(ctx.computation)
+        return arrays
+
+    def flush() -> None:
+        nonlocal arrays
+        if arrays is not None:
+            arrays.write_back(ctx.computation)
+            arrays = None
 
     def run_hook(name: str) -> None:
         if after_each_pass is None:
@@ -253,28 +287,46 @@ def _optimize(options: OptimizeOptions, nnet: Any,
         if fn is None:
             continue
         done.append(p.name)
+        on_arrays = p.on_arrays and after_each_pass is None
         try:
-            result = p.call(fn, ctx)
+            if on_arrays:
+                computation_now = ctx.computation
+                ctx.computation = to_arrays()  # type: ignore[assignment]
+                try:
+                    result = p.call(fn, ctx)
+                finally:
+                    ctx.computation = computation_now
+            else:
+                flush()
+                result = p.call(fn, ctx)
         except Exception as e:
             raise OptimizationPassError(p.name, done[:-1], e, in_hook=False) from e
         if isinstance(result, NnetComputation):   # a pass that returns a new computation
             ctx.computation = result
-        vlog(3, f"after {p.name}: {len(ctx.computation.commands)} commands, "
-                f"{len(ctx.computation.matrices)} matrices")
+        if log.verbose_level() >= 3:
+            if arrays is not None:
+                sizes = (arrays.num_commands, len(arrays.matrices))
+            else:
+                sizes = (len(ctx.computation.commands), len(ctx.computation.matrices))
+            vlog(3, f"after {p.name}: {sizes[0]} commands, {sizes[1]} matrices")
         run_hook(p.name)
         if p.renumber_group:
             must_renumber |= bool(result)
             last_in_group = i + 1 == len(PASSES) or not PASSES[i + 1].renumber_group
             if last_in_group and must_renumber:
-                from .renumber import renumber_computation
+                from .renumber import renumber_arrays, renumber_computation
 
                 done.append("renumber_computation")
                 try:
-                    renumber_computation(ctx.computation)
+                    if after_each_pass is None:
+                        renumber_arrays(to_arrays())
+                    else:
+                        renumber_computation(ctx.computation)
                 except Exception as e:
                     raise OptimizationPassError("renumber_computation", done[:-1], e,
                                                 in_hook=False) from e
                 run_hook("renumber_computation")
+    flush()
     return ctx.computation
 
 

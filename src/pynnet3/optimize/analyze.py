@@ -35,6 +35,11 @@ import numpy as np
 
 from ..compile.computation import NnetComputation, SubMatrixInfo
 from ..errors import ComputationCheckError
+from .arrays import unique_ints
+from .analyze_jit import variables_arrays
+
+# Whether ComputationVariables uses the compiled loop (tests compare both).
+_USE_JIT = True
 
 
 class AccessType(enum.IntEnum):
@@ -162,7 +167,7 @@ def _split_points(matrix: np.ndarray, starts: np.ndarray, ends: np.ndarray,
     k = int(max(sizes.max(initial=0), ends.max(initial=0))) + 1
     keys = np.concatenate([matrix * k + starts, matrix * k + ends,
                            mats * k, mats * k + sizes[1:]])
-    keys = np.unique(keys)
+    keys = unique_ints(keys)
     counts = np.bincount(keys // k, minlength=num_matrices)
     first = np.zeros(num_matrices + 1, dtype=np.int64)
     np.cumsum(counts, out=first[1:])
@@ -195,12 +200,16 @@ class ComputationVariables:
 
     # -- construction --------------------------------------------------------
     def init(self, computation: NnetComputation) -> None:
-        table = _submatrix_table(computation)
-        if len(table) == 0 or tuple(table[0]) != (0, 0, 0, 0, 0):
-            raise ComputationCheckError("submatrix 0 must be the empty submatrix")
         matrices = computation.matrices
         sizes = np.fromiter(chain.from_iterable(map(_MATRIX_SIZE, matrices)), dtype=np.int64,
                             count=2 * len(matrices)).reshape(-1, 2)
+        self.init_from_tables(_submatrix_table(computation), sizes)
+
+    def init_from_tables(self, table: np.ndarray, sizes: np.ndarray) -> None:
+        """:meth:`init` from the submatrix table (int64 [num_submatrices, 5])
+        and the matrix sizes (int64 [num_matrices, 2]: rows, columns)."""
+        if len(table) == 0 or (table[0] != 0).any():
+            raise ComputationCheckError("submatrix 0 must be the empty submatrix")
         if len(sizes) == 0:
             raise ComputationCheckError("matrix 0 (the empty matrix) is missing")
         num_matrices = len(sizes)
@@ -210,7 +219,32 @@ class ComputationVariables:
         if num_matrices > 1 and (sizes[1:] <= 0).any():
             m = int(np.flatnonzero((sizes[1:] <= 0).any(axis=1))[0]) + 1
             raise ComputationCheckError(f"matrix m{m} has size {sizes[m, 0]} x {sizes[m, 1]}")
+        if _USE_JIT:
+            self._init_jit(table, sizes)
+        else:
+            self._init_numpy(table, sizes)
 
+    def _init_jit(self, table: np.ndarray, sizes: np.ndarray) -> None:
+        """The arrays of :meth:`_init_numpy`, from one compiled loop."""
+        (row_pts, row_first, col_pts, col_first, first_var, variable_to_matrix, whole, flat,
+         offsets) = variables_arrays(table, sizes)
+        self.row_split_points = _SplitPoints(row_pts, row_first)
+        self.column_split_points = _SplitPoints(col_pts, col_first)
+        self._row_first, self._col_first = row_first, col_first
+        self.matrix_to_variable_index = first_var
+        self.num_variables = int(first_var[-1])
+        self.variable_to_matrix = variable_to_matrix
+        self.submatrix_to_matrix = table[:, 0].copy()
+        self.submatrix_is_whole_matrix = whole
+        self.variables_flat = flat
+        self.variables_offsets = offsets
+        self._vfs_cache = [None] * len(table)
+
+    def _init_numpy(self, table: np.ndarray, sizes: np.ndarray) -> None:
+        """The variables by array operations (validated input)."""
+        num_matrices = len(sizes)
+        sub = table[1:]
+        mat, r0, nr, c0, nc = (sub[:, i] for i in range(5))
         row_keys, row_first, row_k = _split_points(mat, r0, r0 + nr, sizes[:, 0])
         col_keys, col_first, col_k = _split_points(mat, c0, c0 + nc, sizes[:, 1])
         row_pts = row_keys % row_k
@@ -347,13 +381,16 @@ def _merge_records(cmd: np.ndarray, item: np.ndarray, flag: np.ndarray,
     duplicates by OR-ing their flags."""
     if len(cmd) == 0:
         return cmd, item, flag
-    key = cmd * max(num_items, 1) + item
-    order = np.argsort(key, kind="stable")
-    key = key[order]
+    base = max(num_items, int(item.max()) + 1, 1)
+    # (The flag, 1..3, rides in the low two bits of the sort key.)
+    key = np.sort((cmd * base + item) * 4 + flag)
+    merged = key & 3
+    key >>= 2
     starts = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))
-    merged = np.bitwise_or.reduceat(flag[order], starts)
+    merged = np.bitwise_or.reduceat(merged, starts)
     key = key[starts]
-    return key // max(num_items, 1), key % max(num_items, 1), merged
+    cmd = key // base
+    return cmd, key - cmd * base, merged
 
 
 def compute_command_attributes(nnet: Any, computation: NnetComputation,
@@ -389,10 +426,12 @@ class VariableAccessTable:
 
     def __init__(self, num_variables: int, var: np.ndarray, cmd: np.ndarray,
                  flag: np.ndarray) -> None:
-        order = np.argsort(var, kind="stable")  # input sorted by command: stays so per variable
-        self.commands = cmd[order]
-        self.types = flag[order] - 1  # AccessType values
-        self.offsets = np.searchsorted(var[order], np.arange(num_variables + 1))
+        # Sorted by variable then command, several accesses of one command
+        # to one variable merged (the input may be in any order).
+        var_sorted, self.commands, flag = _merge_records(var, cmd, flag,
+                                                         int(cmd.max()) + 1 if len(cmd) else 1)
+        self.types = flag - 1  # AccessType values
+        self.offsets = np.searchsorted(var_sorted, np.arange(num_variables + 1))
         self._cache: list[list[Access] | None] = [None] * num_variables
         self._commands_list: list[int] | None = None
         self._types_list: list[int] | None = None
@@ -463,34 +502,46 @@ def compute_matrix_accesses(nnet: Any, computation: NnetComputation,
             np.array(cmds, dtype=np.int64), np.array(mats, dtype=np.int64),
             np.array(flags, dtype=np.int64), num_matrices))
     a = _matrix_arrays
-    order = np.argsort(a.item, kind="stable")
-    bounds = np.searchsorted(a.item[order], np.arange(num_matrices + 1)).tolist()
-    # All Access records at C speed, then one slice per matrix.
-    every = list(map(_TUPLE_NEW, repeat(Access), zip(
-        a.cmd[order].tolist(), map(_ACCESS_TYPES.__getitem__, (a.flag[order] - 1).tolist()))))
+    # Sorted by matrix, then command, one access per command (merged).
+    mats, cmds, flags = _merge_records(a.item, a.cmd, a.flag,
+                                       int(a.cmd.max()) + 1 if len(a.cmd) else 1)
+    types = flags - 1
+    bounds = np.searchsorted(mats, np.arange(num_matrices + 1))
     table = _table if _table is not None else computation.command_table()
     lifetimes = _matrix_lifetimes(table, variables, num_matrices)
     if lifetimes is None:
         # Something is wrong: the loop finds the first bad command and says what.
-        ans = [MatrixAccesses(accesses=every[lo:hi]) for lo, hi in zip(bounds[:-1], bounds[1:])]
+        every = list(map(_TUPLE_NEW, repeat(Access), zip(
+            cmds.tolist(), map(_ACCESS_TYPES.__getitem__, types.tolist()))))
+        b = bounds.tolist()
+        ans = [MatrixAccesses(accesses=every[lo:hi]) for lo, hi in zip(b[:-1], b[1:])]
         _matrix_lifetimes_loop(nnet, computation, variables, table, ans)
         return ans
-    return MatrixAccessesList(every, bounds, *lifetimes)
+    return MatrixAccessesList(cmds, types, bounds, *lifetimes)
 
 
 class MatrixAccessesList(Sequence):
     """The :class:`MatrixAccesses` of every matrix, each made on first use
     (variable merging asks about a few matrices per round).  Compares equal
-    to a list of the same records."""
+    to a list of the same records.
 
-    __slots__ = ("_every", "_bounds", "_alloc", "_dealloc", "_is_input", "_is_output",
-                 "_cache")
+    The same information as arrays, for passes that look at every matrix:
+    ``access_commands`` and ``access_types`` (AccessType values) of all
+    accesses sorted by matrix then command, matrix m's being
+    ``bounds[m]:bounds[m+1]``; ``allocate``, ``deallocate``, ``is_input``,
+    ``is_output``: lists indexed by matrix.
+    """
 
-    def __init__(self, every: list[Access], bounds: list[int], alloc: list[int],
-                 dealloc: list[int], is_input: list[bool], is_output: list[bool]) -> None:
-        self._every, self._bounds = every, bounds
-        self._alloc, self._dealloc = alloc, dealloc
-        self._is_input, self._is_output = is_input, is_output
+    __slots__ = ("access_commands", "access_types", "bounds", "allocate", "deallocate",
+                 "is_input", "is_output", "_lists", "_cache")
+
+    def __init__(self, commands: np.ndarray, types: np.ndarray, bounds: np.ndarray,
+                 alloc: list[int], dealloc: list[int], is_input: list[bool],
+                 is_output: list[bool]) -> None:
+        self.access_commands, self.access_types, self.bounds = commands, types, bounds
+        self.allocate, self.deallocate = alloc, dealloc
+        self.is_input, self.is_output = is_input, is_output
+        self._lists: tuple[list[int], list[int], list[int]] | None = None
         self._cache: list[MatrixAccesses | None] = [None] * (len(bounds) - 1)
 
     def __len__(self) -> int:
@@ -503,10 +554,17 @@ class MatrixAccessesList(Sequence):
             m += len(self._cache)
         ans = self._cache[m]
         if ans is None:
+            lists = self._lists
+            if lists is None:
+                lists = self._lists = (self.access_commands.tolist(), self.access_types.tolist(),
+                                       self.bounds.tolist())
+            cmds, types, bounds = lists
+            lo, hi = bounds[m], bounds[m + 1]
             ans = self._cache[m] = MatrixAccesses(
-                self._alloc[m], self._dealloc[m],
-                self._every[self._bounds[m]:self._bounds[m + 1]],
-                self._is_input[m], self._is_output[m])
+                self.allocate[m], self.deallocate[m],
+                list(map(_TUPLE_NEW, repeat(Access), zip(
+                    cmds[lo:hi], map(_ACCESS_TYPES.__getitem__, types[lo:hi])))),
+                self.is_input[m], self.is_output[m])
         return ans
 
     def __iter__(self):
@@ -543,35 +601,99 @@ def _variables_of(computation: NnetComputation) -> ComputationVariables:
 
 class Analyzer:
     """Kaldi's Analyzer: variables, command attributes, variable accesses
-    and matrix accesses of one computation."""
+    and matrix accesses of one computation.
+
+    :meth:`init` analyses (and validates) the computation; the per-command,
+    per-variable and per-matrix views are made from the analysis arrays the
+    first time a pass asks for them.
+    """
 
     def __init__(self, nnet: Any = None, computation: NnetComputation | None = None) -> None:
         self.variables = ComputationVariables()
-        self.command_attributes: list[CommandAttributes] = []
-        self.variable_accesses = VariableAccessTable(0, *(np.zeros(0, dtype=np.int64),) * 3)
-        self.matrix_accesses: Sequence[MatrixAccesses] = []
+        self._command_attributes: Sequence[CommandAttributes] | None = []
+        self._variable_accesses: VariableAccessTable | None = VariableAccessTable(
+            0, *(np.zeros(0, dtype=np.int64),) * 3)
+        self._matrix_accesses: Sequence[MatrixAccesses] = []
+        self._submatrix_records: _AccessArrays | None = None
+        self._arrays: tuple[Any, ...] = ()
         if computation is not None:
             self.init(nnet, computation)
 
     def init(self, nnet: Any, computation: NnetComputation) -> None:
-        self.variables = _variables_of(computation)
+        self.variables = v = _variables_of(computation)
         table = computation.command_table()
-        var, subm, mat, side_effects = _command_access_arrays(nnet, computation, self.variables,
-                                                              table)
-        self.command_attributes = CommandAttributesList(len(computation.commands),
-                                                        (var, subm, mat), side_effects)
-        # Same result as compute_variable_accesses(), without rebuilding the
-        # arrays from the per-command lists.
-        self.variable_accesses = VariableAccessTable(self.variables.num_variables,
-                                                     var.item, var.cmd, var.flag)
-        self.matrix_accesses = compute_matrix_accesses(nnet, computation, self.variables,
-                                                       self.command_attributes, mat, table)
+        cmd, sub, flag, side_effects = _submatrix_access_records(nnet, computation, table)
+        # Each record expanded to the variables of its submatrix; for the
+        # matrix, a write to only part of it is also a read.
+        counts = v.variables_offsets[sub + 1] - v.variables_offsets[sub]
+        first = np.repeat(v.variables_offsets[sub] - (np.cumsum(counts) - counts), counts)
+        var_items = v.variables_flat[first + np.arange(int(counts.sum()), dtype=np.int64)]
+        var = _AccessArrays(np.repeat(cmd, counts), var_items, np.repeat(flag, counts))
+        partial_write = (flag == _W) & ~v.submatrix_is_whole_matrix[sub]
+        mat = _AccessArrays(cmd, v.submatrix_to_matrix[sub], np.where(partial_write, _RW, flag))
+        self._arrays = (len(computation.commands), var, _AccessArrays(cmd, sub, flag), mat,
+                        side_effects)
+        self._submatrix_records = None
+        self._command_attributes = None
+        self._variable_accesses = None
+        # Made now: it checks allocation and deallocation.
+        self._matrix_accesses = compute_matrix_accesses(nnet, computation, self.variables,
+                                                        (), mat, table)
+
+    @property
+    def submatrix_records(self) -> _AccessArrays | None:
+        """Every command's submatrix accesses as arrays (command, submatrix,
+        flag: 1 read, 2 write, 3 both), sorted by command then submatrix
+        (None before :meth:`init`)."""
+        if self._submatrix_records is None and self._arrays:
+            raw = self._arrays[2]
+            self._submatrix_records = _AccessArrays(*_merge_records(
+                raw.cmd, raw.item, raw.flag, len(self.variables.submatrix_to_matrix)))
+        return self._submatrix_records
+
+    @property
+    def command_attributes(self) -> Sequence[CommandAttributes]:
+        if self._command_attributes is None:
+            num_commands, var, _, mat, side_effects = self._arrays
+            by_command = [_AccessArrays(*_merge_records(a.cmd, a.item, a.flag, n))
+                          for a, n in ((var, self.variables.num_variables), (mat, 0))]
+            self._command_attributes = CommandAttributesList(
+                num_commands, (by_command[0], self.submatrix_records, by_command[1]),
+                side_effects)
+        return self._command_attributes
+
+    @command_attributes.setter
+    def command_attributes(self, value: Sequence[CommandAttributes]) -> None:
+        self._command_attributes = value
+
+    @property
+    def variable_accesses(self) -> VariableAccessTable:
+        if self._variable_accesses is None:
+            var = self._arrays[1]
+            # Same result as compute_variable_accesses(), without rebuilding
+            # the arrays from the per-command lists.
+            self._variable_accesses = VariableAccessTable(self.variables.num_variables,
+                                                          var.item, var.cmd, var.flag)
+        return self._variable_accesses
+
+    @variable_accesses.setter
+    def variable_accesses(self, value: VariableAccessTable) -> None:
+        self._variable_accesses = value
+
+    @property
+    def matrix_accesses(self) -> Sequence[MatrixAccesses]:
+        return self._matrix_accesses
+
+    @matrix_accesses.setter
+    def matrix_accesses(self, value: Sequence[MatrixAccesses]) -> None:
+        self._matrix_accesses = value
 
 
 # The per-command record building and the passes' queries live beside this
 # module (size); the queries are part of this module's interface.
 from .analyze_records import (CommandAttributesList, _AccessArrays,  # noqa: E402
                               _command_access_arrays, _matrix_lifetimes,
+                              _submatrix_access_records,
                               _matrix_lifetimes_loop)
 from .analyze_queries import (ComputationAnalysis, compute_matrix_to_submatrix,  # noqa: E402
                               get_commands_of_type, get_max_memory_use, max_memory_usage,

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
+
 from ..compile.computation import CommandType, CompressedMatrixType, NnetComputation
 from ..errors import ComputationCheckError
 from .analyze import AccessType, Analyzer, CommandAttributes, MatrixAccesses
+from .analyze_summary import AccessSummary
 
 
 # ---------------------------------------------------------------------------
@@ -17,18 +20,47 @@ from .analyze import AccessType, Analyzer, CommandAttributes, MatrixAccesses
 class ComputationAnalysis:
     """Kaldi's ComputationAnalysis.  Allocation, deallocation and swapping
     never count as accesses.  Holds references: rebuild after the
-    computation changes."""
+    computation changes.
+
+    The per-submatrix answers come from an :class:`AccessSummary` built on
+    the first question (all submatrices at once, by array operations); a
+    question asked after the number of commands changed is answered from
+    the access lists, as Kaldi does.
+    """
 
     def __init__(self, computation: NnetComputation, analyzer: Analyzer) -> None:
         self.computation = computation
         self.analyzer = analyzer
         self._zeroing: list[bool] | None = None
+        self._summary: AccessSummary | None = None
+        self._summary_zeroing = False
 
     def _is_zeroing(self, c: int) -> bool:
         if self._zeroing is None:
             self._zeroing = [cmd.command_type is CommandType.SET_CONST and cmd.alpha == 0.0
                              for cmd in self.computation.commands]
         return self._zeroing[c]
+
+    def summary(self, zeroing: bool = False) -> AccessSummary | None:
+        """The access summary (with the zeroing commands known if
+        ``zeroing``), or None if the number of commands changed since it was
+        made."""
+        n = len(self.computation.commands)
+        summary = self._summary
+        if summary is None:
+            table = self.analyzer.variable_accesses
+            summary = self._summary = AccessSummary.from_offsets(
+                self.analyzer.variables, table.offsets, table.commands,
+                table.types != AccessType.READ, n)
+        if summary.num_commands != n:
+            return None
+        if zeroing and not self._summary_zeroing:
+            if self._zeroing is None:
+                self._zeroing = [cmd.command_type is CommandType.SET_CONST and cmd.alpha == 0.0
+                                 for cmd in self.computation.commands]
+            summary.set_zeroing(np.array(self._zeroing, dtype=bool))
+            self._summary_zeroing = True
+        return summary
 
     def _check_submatrix(self, s: int) -> None:
         if not 0 < s < len(self.computation.submatrices):
@@ -38,6 +70,9 @@ class ComputationAnalysis:
         """First command touching any part of submatrix ``s`` other than by
         zeroing it (SetConst with alpha 0); num_commands if none."""
         self._check_submatrix(s)
+        summary = self.summary(zeroing=True)
+        if summary is not None:
+            return summary.submatrix_first_nontrivial[s]
         ans = len(self.computation.commands)
         table = self.analyzer.variable_accesses
         for v in self.analyzer.variables.variables_for_submatrix(s):
@@ -51,6 +86,9 @@ class ComputationAnalysis:
         """First command touching any part of ``s``, zeroing included;
         num_commands if none."""
         self._check_submatrix(s)
+        summary = self.summary()
+        if summary is not None:
+            return summary.submatrix_first[s]
         ans = len(self.computation.commands)
         table = self.analyzer.variable_accesses
         for v in self.analyzer.variables.variables_for_submatrix(s):
@@ -62,6 +100,9 @@ class ComputationAnalysis:
     def last_access(self, s: int) -> int:
         """Last command touching any part of ``s``; -1 if none."""
         self._check_submatrix(s)
+        summary = self.summary()
+        if summary is not None:
+            return summary.submatrix_last[s]
         ans = -1
         table = self.analyzer.variable_accesses
         for v in self.analyzer.variables.variables_for_submatrix(s):
@@ -77,6 +118,9 @@ class ComputationAnalysis:
         m = self.computation.submatrices[s].matrix_index
         if self.analyzer.matrix_accesses[m].is_output:
             return len(self.computation.commands)
+        summary = self.summary()
+        if summary is not None:
+            return summary.submatrix_last_write[s]
         ans = -1
         table = self.analyzer.variable_accesses
         for v in self.analyzer.variables.variables_for_submatrix(s):

@@ -19,6 +19,7 @@ from ..compile.computation import ARG_ROLES, CommandType, NnetComputation, Role
 from ..errors import ComputationCheckError
 from ..nnet.components.base import Prop
 from ..nnet.properties_cache import nnet_component_properties
+from .arrays import rows_with_type, type_mask, unique_ints
 from .analyze import (_R, _RW, _W, CommandAttributes, ComputationVariables, MatrixAccesses,
                       _merge_records, command_error)
 
@@ -140,7 +141,7 @@ def _submatrix_access_records_loop(nnet: Any, computation: NnetComputation,
                     if not 0 <= s < len(computation.indexes_multi):
                         raise command_error(computation, nnet, c,
                                             f"indexes_multi index {s} out of range")
-                    u = np.unique(computation.indexes_multi[s][:, 0])
+                    u = unique_ints(computation.indexes_multi[s][:, 0])
                     multi_subs[s] = u[u != -1].tolist()
                 flag = _MULTI_FLAG[t]
                 for sub in multi_subs[s]:
@@ -151,13 +152,66 @@ def _submatrix_access_records_loop(nnet: Any, computation: NnetComputation,
 
 
 _T_BACKPROP = int(CommandType.BACKPROP)
-# Per command type value: (0-based argument, flag or rule) of each access.
-_PLAN_LIST: list[list[tuple[int, int | str]]] = [
-    _PLANS.get(CommandType(v), []) for v in range(len(CommandType))]
+_T_BACKPROP_NO_MODEL_UPDATE = int(CommandType.BACKPROP_NO_MODEL_UPDATE)
+_T_PROPAGATE = int(CommandType.PROPAGATE)
+_T_COPY_ROWS = int(CommandType.COPY_ROWS)
+_NUM_TYPES = len(CommandType)
+
+
+def _build_flag_tables() -> tuple[np.ndarray, dict[str, tuple[np.ndarray, int]]]:
+    """From the plans: the fixed flag of each (command type, 0-based
+    argument) (0 = no access, or decided by a rule), and per rule the
+    command types it applies to and the argument it decides."""
+    flags = np.zeros((_NUM_TYPES, 7), dtype=np.int64)
+    rules: dict[str, tuple[list[int], set[int]]] = {}
+    for t, plan in _PLANS.items():
+        for pos, how in plan:
+            if isinstance(how, int):
+                flags[int(t), pos] = how
+            else:
+                types, positions = rules.setdefault(how, ([], set()))
+                types.append(int(t))
+                positions.add(pos)
+    out: dict[str, tuple[np.ndarray, int]] = {}
+    for how, (types, positions) in rules.items():
+        if len(positions) != 1:
+            raise ImportError(f"access rule {how!r} applies to several argument positions")
+        out[how] = (type_mask(types), positions.pop())
+    return flags, out
+
+
+_FLAGS, _RULES = _build_flag_tables()
+if set(_RULES) != {"propagate-output", "backprop-in-deriv", "copy-rows-dest", "multi"}:
+    raise ImportError("analyze_records: unexpected access rules")
+_MULTI_TYPE_FLAG = np.zeros(_NUM_TYPES, dtype=np.int64)
+for _t, _f in _MULTI_FLAG.items():
+    _MULTI_TYPE_FLAG[int(_t)] = _f
 
 
 class _BadArgument(Exception):
     """Raised inside the array version when an argument is out of range."""
+
+
+# The last properties list seen and its array: inside
+# component_properties_cached() nnet_component_properties returns the same
+# list object for the same network, so its array is made once.
+_last_properties: tuple[Any, np.ndarray] = (None, np.zeros(0, dtype=np.int64))
+
+
+def properties_array(nnet: Any) -> np.ndarray:
+    """The property flags of all components of ``nnet`` (int64 array,
+    read-only)."""
+    global _last_properties
+    if nnet is None:
+        return np.zeros(0, dtype=np.int64)
+    props = nnet_component_properties(nnet)
+    last = _last_properties
+    if last[0] is props:
+        return last[1]
+    array = np.array(props, dtype=np.int64)
+    array.flags.writeable = False
+    _last_properties = (props, array)
+    return array
 
 
 def _component_properties(nnet: Any, component_indexes: np.ndarray,
@@ -168,101 +222,122 @@ def _component_properties(nnet: Any, component_indexes: np.ndarray,
         return np.zeros(0, dtype=np.int64)
     flags = cache.get("all")
     if flags is None:
-        flags = cache["all"] = np.array(
-            nnet_component_properties(nnet) if nnet is not None else [], dtype=np.int64)
+        flags = cache["all"] = properties_array(nnet)
     if component_indexes.min() < 0 or component_indexes.max() >= len(flags):
         raise _BadArgument()
     return flags[component_indexes]
 
 
-def _submatrix_access_records(nnet: Any, computation: NnetComputation,
-                              table: np.ndarray | None = None
+def access_records_from_table(nnet: Any, table: np.ndarray, indexes: Sequence[np.ndarray],
+                              indexes_multi: Sequence[np.ndarray], num_submatrices: int,
+                              cache: dict[Any, Any] | None = None
                               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Every command's submatrix accesses as arrays (command, submatrix,
     flag), in no particular order, and the commands with side effects (a
-    bool array).  Works per command type on the command table."""
-    commands = computation.commands
-    num_commands = len(commands)
-    if table is None:
-        table = computation.command_table()
+    bool array), from the command table and the index tables.  Raises
+    :class:`_BadArgument` (or ComputationCheckError for a submatrix out of
+    range) where the command-by-command loop would raise.  ``cache`` may
+    hold what is known about the index tables from an earlier call on the
+    same (unchanged) arrays."""
+    num_commands = len(table)
+    if cache is None:
+        cache = {}
     side_effects = np.zeros(num_commands, dtype=bool)
-    props_cache: dict[str, np.ndarray] = {}
-    try:
-        cmd_parts: list[np.ndarray] = []
-        sub_parts: list[np.ndarray] = []
-        flag_parts: list[np.ndarray] = []
-        types = table[:, 0]
-        order = np.argsort(types, kind="stable")
-        bounds = np.searchsorted(types[order], np.arange(len(_PLAN_LIST) + 1)).tolist()
-        if num_commands and (types[order[0]] < 0 or types[order[-1]] >= len(_PLAN_LIST)):
+    types = table[:, 0]
+    if num_commands and (types.min() < 0 or types.max() >= _NUM_TYPES):
+        raise _BadArgument()
+    args = table[:, 1:]
+    flags = _FLAGS[types]
+    extra: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    # Component commands: whether they add to their output (or input
+    # derivative) depends on the component.
+    for how, bit in (("propagate-output", _P_PROPAGATE_ADDS),
+                     ("backprop-in-deriv", _P_BACKPROP_ADDS)):
+        which, pos = _RULES[how]
+        sel = np.flatnonzero(which[types])
+        if len(sel):
+            props = _component_properties(nnet, table[sel, 1], cache)
+            flags[sel, pos] = np.where((props & bit) != 0, _RW, _W)
+            if how == "backprop-in-deriv":
+                updates = (props & _P_UPDATABLE) != 0
+                side_effects[sel[updates & (types[sel] == _T_BACKPROP)]] = True
+    # CopyRows leaves rows with index -1 alone: then it reads its output too.
+    which, pos = _RULES["copy-rows-dest"]
+    sel = np.flatnonzero(which[types])
+    if len(sel):
+        k = table[sel, 3]
+        if k.min() < 0 or k.max() >= len(indexes):
             raise _BadArgument()
-        for t, plan in enumerate(_PLAN_LIST):
-            lo, hi = bounds[t], bounds[t + 1]
-            if lo == hi:
-                continue
-            sel = order[lo:hi]
-            rows = table[sel]
-            if t == _T_BACKPROP:
-                props = _component_properties(nnet, rows[:, 1], props_cache)
-                side_effects[sel[(props & _P_UPDATABLE) != 0]] = True
-            for pos, how in plan:
-                s = rows[:, pos + 1]
-                if isinstance(how, int):
-                    f = np.full(len(sel), how, dtype=np.int64)
-                elif how == "propagate-output" or how == "backprop-in-deriv":
-                    bit = _P_PROPAGATE_ADDS if how == "propagate-output" else _P_BACKPROP_ADDS
-                    props = _component_properties(nnet, rows[:, 1], props_cache)
-                    f = np.where((props & bit) != 0, _RW, _W)
-                elif how == "copy-rows-dest":
-                    k = rows[:, 3]
-                    if len(k) and (k.min() < 0 or k.max() >= len(computation.indexes)):
-                        raise _BadArgument()
-                    unique, inverse = np.unique(k, return_inverse=True)
-                    has = np.array([bool((computation.indexes[i] == -1).any())
-                                    for i in unique.tolist()], dtype=bool)
-                    f = np.where(has[inverse.reshape(-1)], _RW, _W)
-                else:  # "multi": the submatrices named in an indexes_multi table
-                    if len(s) and (s.min() < 0 or s.max() >= len(computation.indexes_multi)):
-                        raise _BadArgument()
-                    unique, inverse = np.unique(s, return_inverse=True)
-                    lists = []
-                    for i in unique.tolist():
-                        u = np.unique(computation.indexes_multi[i][:, 0])
-                        lists.append(u[u != -1].astype(np.int64))
-                    lengths = np.array([len(x) for x in lists], dtype=np.int64)[inverse.reshape(-1)]
-                    offsets = np.zeros(len(lists) + 1, dtype=np.int64)
-                    np.cumsum([len(x) for x in lists], out=offsets[1:])
-                    flat = np.concatenate(lists) if lists else np.zeros(0, dtype=np.int64)
-                    start = np.repeat(offsets[inverse.reshape(-1)], lengths)
-                    within = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(
-                        np.cumsum(lengths) - lengths, lengths)
-                    cmd_parts.append(np.repeat(sel, lengths))
-                    sub_parts.append(flat[start + within])
-                    flag_parts.append(np.full(int(lengths.sum()), _MULTI_FLAG[CommandType(t)],
-                                              dtype=np.int64))
-                    continue
-                keep = s != 0
-                cmd_parts.append(sel[keep])
-                sub_parts.append(s[keep])
-                flag_parts.append(f[keep])
-    except _BadArgument:
-        # Let the per-command loop find and name the first bad command.
-        _submatrix_access_records_loop(nnet, computation, [False] * num_commands)
-        raise ComputationCheckError("bad command argument (not located)") from None
-    if not cmd_parts:
-        e = np.zeros(0, dtype=np.int64)
-        return e, e, e, side_effects
-    cmd = np.concatenate(cmd_parts).astype(np.int64, copy=False)
-    sub = np.concatenate(sub_parts).astype(np.int64, copy=False)
-    flag = np.concatenate(flag_parts).astype(np.int64, copy=False)
-    num_submatrices = len(computation.submatrices)
+        minus_one = cache.setdefault("minus_one", {})
+        unique = unique_ints(k)
+        has = []
+        for i in unique.tolist():
+            arr = indexes[i]
+            entry = minus_one.get(id(arr))
+            if entry is None or entry[0] is not arr:
+                entry = minus_one[id(arr)] = (arr, bool((arr == -1).any()))
+            has.append(entry[1])
+        has_minus_one = np.array(has, dtype=bool)[np.searchsorted(unique, k)]
+        flags[sel, pos] = np.where(has_minus_one, _RW, _W)
+    # *Multi commands access every submatrix their table names.
+    which, pos = _RULES["multi"]
+    sel = np.flatnonzero(which[types])
+    if len(sel):
+        ks = table[sel, pos + 1]
+        if ks.min() < 0 or ks.max() >= len(indexes_multi):
+            raise _BadArgument()
+        subs_of = cache.setdefault("multi_subs", {})
+        lists = []
+        for i in ks.tolist():   # (few: the *Multi commands)
+            arr = indexes_multi[i]
+            entry = subs_of.get(id(arr))
+            if entry is None or entry[0] is not arr:
+                u = unique_ints(arr[:, 0])
+                entry = subs_of[id(arr)] = (arr, u[u != -1].astype(np.int64))
+            lists.append(entry[1])
+        lengths = np.array([len(x) for x in lists], dtype=np.int64)
+        flat = np.concatenate(lists) if lists else np.zeros(0, dtype=np.int64)
+        extra = (np.repeat(sel, lengths), flat,
+                 np.repeat(_MULTI_TYPE_FLAG[types[sel]], lengths))
+    present = (flags != 0) & (args != 0)
+    cmd, pos_ = np.nonzero(present)
+    sub = args[cmd, pos_]
+    flag = flags[cmd, pos_]
+    cmd = cmd.astype(np.int64, copy=False)
+    if extra is not None:
+        cmd = np.concatenate([cmd, extra[0]])
+        sub = np.concatenate([sub, extra[1]])
+        flag = np.concatenate([flag, extra[2]])
     bad = (sub < 0) | (sub >= num_submatrices)
     if bad.any():
-        # The first bad record in command order, as the loop would find it.
-        first = np.lexsort((np.arange(len(cmd)), cmd))
-        i = int(first[np.flatnonzero(bad[first])[0]])
-        raise command_error(computation, nnet, int(cmd[i]), f"submatrix index {sub[i]} out of range")
+        raise _BadArgument()
     return cmd, sub, flag, side_effects
+
+
+def _submatrix_access_records(nnet: Any, computation: NnetComputation,
+                              table: np.ndarray | None = None
+                              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`access_records_from_table` for a computation; where an
+    argument is bad, the command-by-command loop names the first bad
+    command."""
+    if table is None:
+        table = computation.command_table()
+    try:
+        return access_records_from_table(nnet, table, computation.indexes,
+                                         computation.indexes_multi,
+                                         len(computation.submatrices))
+    except _BadArgument:
+        pass
+    side = [False] * len(computation.commands)
+    rec = _submatrix_access_records_loop(nnet, computation, side)
+    cmd = np.array(rec.cmd, dtype=np.int64)
+    sub = np.array(rec.sub, dtype=np.int64)
+    bad = (sub < 0) | (sub >= len(computation.submatrices))
+    if bad.any():
+        # The first bad record in command order, as the loop found them.
+        i = int(np.flatnonzero(bad)[0])
+        raise command_error(computation, nnet, int(cmd[i]), f"submatrix index {sub[i]} out of range")
+    raise ComputationCheckError("bad command argument (not located)")
 
 
 @dataclass(slots=True)
@@ -362,9 +437,9 @@ _T_SWAP_MATRIX = int(CommandType.SWAP_MATRIX)
 _T_DEALLOC_MATRIX = int(CommandType.DEALLOC_MATRIX)
 _T_ACCEPT_INPUT = int(CommandType.ACCEPT_INPUT)
 _T_PROVIDE_OUTPUT = int(CommandType.PROVIDE_OUTPUT)
-_LIFETIME_TYPES = np.array([CommandType.ALLOC_MATRIX, CommandType.SWAP_MATRIX,
-                            CommandType.DEALLOC_MATRIX, CommandType.ACCEPT_INPUT,
-                            CommandType.PROVIDE_OUTPUT], dtype=np.int64)
+_LIFETIME_TYPES = type_mask([CommandType.ALLOC_MATRIX, CommandType.SWAP_MATRIX,
+                             CommandType.DEALLOC_MATRIX, CommandType.ACCEPT_INPUT,
+                             CommandType.PROVIDE_OUTPUT])
 
 
 def _matrix_lifetimes(table: np.ndarray, variables: ComputationVariables, num_matrices: int
@@ -372,7 +447,7 @@ def _matrix_lifetimes(table: np.ndarray, variables: ComputationVariables, num_ma
     """Per matrix: the allocating and deallocating commands (-1 if none) and
     whether it is an input / output, from the command table; None if some
     command breaks the rules (not a whole matrix, allocated or freed twice)."""
-    rows = np.flatnonzero(np.isin(table[:, 0], _LIFETIME_TYPES))
+    rows = rows_with_type(table[:, 0], _LIFETIME_TYPES)
     types, arg1, arg2 = table[rows, 0], table[rows, 1], table[rows, 2]
     whole = variables.submatrix_is_whole_matrix
     swap = types == _T_SWAP_MATRIX
@@ -398,7 +473,7 @@ def _matrix_lifetimes(table: np.ndarray, variables: ComputationVariables, num_ma
     # Deallocation: DeallocMatrix, SwapMatrix (second argument); at most one.
     frees = types == _T_DEALLOC_MATRIX
     dm = np.concatenate([m1[frees], to_matrix[arg2[swap]]])
-    if len(np.unique(dm)) != len(dm):
+    if len(unique_ints(dm)) != len(dm):
         return None
     dealloc[dm] = np.concatenate([rows[frees], rows[swap]])
     is_input = np.zeros(num_matrices, dtype=bool)
@@ -437,7 +512,7 @@ def _matrix_lifetimes_loop(nnet: Any, computation: NnetComputation,
         return subs[s].matrix_index
 
     T = CommandType
-    interesting = np.flatnonzero(np.isin(table[:, 0], _LIFETIME_TYPES))
+    interesting = rows_with_type(table[:, 0], _LIFETIME_TYPES)
     rows = table[interesting]
     for c, t, arg1, arg2 in zip(interesting.tolist(), rows[:, 0].tolist(), rows[:, 1].tolist(),
                                 rows[:, 2].tolist()):

@@ -28,7 +28,8 @@ import numpy as np
 from ..compile.computation import CommandType, CompressedMatrixType, NnetComputation
 from ..errors import ComputationCheckError
 from ..nnet.properties_cache import component_properties_cached
-from .analyze import AccessType, Analyzer, command_error
+from .analyze import AccessType, Analyzer, MatrixAccessesList, command_error
+from .arrays import type_mask, unique_ints
 
 __all__ = ["CheckComputationOptions", "ComputationChecker", "ComputationCheckError",
            "check_computation"]
@@ -60,6 +61,15 @@ _get_n = itemgetter(0)       # Index -> n
 # leave unused: within its last rows, not spanning all columns.  Must not
 # exceed that pass's own proportion.
 _EXTEND_MIN_PROPORTION = 0.8
+
+_T_COMPRESS_MATRIX = int(CommandType.COMPRESS_MATRIX)
+# From this many matrices on, the per-matrix checks first look at all
+# matrices with array operations (fewer are quicker to check one by one).
+_ARRAYS_FROM = 32
+# Up to this many rows in all, the debug-info n columns are joined and
+# checked with one min (one NumPy call instead of one per matrix).
+_CONCAT_LIMIT = 200_000
+_MASK_COMPRESSION = type_mask([CommandType.COMPRESS_MATRIX, CommandType.DECOMPRESS_MATRIX])
 
 
 class ComputationChecker:
@@ -143,8 +153,7 @@ class ComputationChecker:
             return
         first = table.offsets[used]
         first_cmd = table.commands[first]
-        compress = np.array([c.command_type is CommandType.COMPRESS_MATRIX
-                             for c in self.computation.commands], dtype=bool)
+        compress = self.computation.command_table()[:, 0] == _T_COMPRESS_MATRIX
         # A compressed matrix may hold undefined parts that are never read back.
         bad = (table.types[first] != AccessType.WRITE) & ~compress[first_cmd]
         if bad.any():
@@ -155,7 +164,7 @@ class ComputationChecker:
     # -- matrix accesses -------------------------------------------------------
     def check_computation_matrix_accesses(self) -> None:
         """Allocation before use, some use, no use after deallocation."""
-        for m in range(1, len(self.analyzer.matrix_accesses)):
+        for m in self._suspect_matrices():
             a = self.analyzer.matrix_accesses[m]
             if a.allocate_command == -1:
                 if a.accesses:
@@ -181,13 +190,49 @@ class ComputationChecker:
                                   f"matrix m{m} is accessed after it is destroyed "
                                   f"(by c{a.deallocate_command})")
 
+    def _suspect_matrices(self) -> range | list[int]:
+        """The matrices :meth:`check_computation_matrix_accesses` may reject
+        (found with array operations; all of them without the arrays)."""
+        ma = self.analyzer.matrix_accesses
+        if not isinstance(ma, MatrixAccessesList) or len(ma) < _ARRAYS_FROM:
+            return range(1, len(ma))
+        bounds = ma.bounds[1:]
+        count = np.diff(bounds)
+        acc = np.concatenate([ma.access_commands, [-1]])
+        first = np.where(count > 0, acc[bounds[:-1]], -1)
+        last = np.where(count > 0, acc[np.maximum(bounds[1:] - 1, 0)], -1)
+        alloc = np.array(ma.allocate[1:], dtype=np.int64)
+        dealloc = np.array(ma.deallocate[1:], dtype=np.int64)
+        bad = (alloc == -1) | (count == 0) | (first < alloc)
+        bad |= (dealloc != -1) & (last >= dealloc)
+        if self.config.check_deallocation:
+            bad |= (dealloc == -1) & ~np.array(ma.is_output[1:], dtype=bool)
+        return (np.flatnonzero(bad) + 1).tolist()
+
     # -- compression -----------------------------------------------------------
+    def _compression_matrices(self) -> range | list[int]:
+        """The matrices :meth:`check_computation_compression` may reject:
+        those accessed by a CompressMatrix or DecompressMatrix (found with
+        array operations; all of them without the arrays)."""
+        ma = self.analyzer.matrix_accesses
+        if not isinstance(ma, MatrixAccessesList):
+            return range(1, len(ma))
+        types = self.computation.command_table()[:, 0]
+        if not _MASK_COMPRESSION[types].any():
+            return []
+        involved = _MASK_COMPRESSION[types[ma.access_commands]]
+        owner = np.searchsorted(ma.bounds, np.flatnonzero(involved), side="right") - 1
+        return unique_ints(owner).tolist()
+
     def check_computation_compression(self) -> None:
         commands = self.computation.commands
+        T = CommandType
+        matrices = self._compression_matrices()
+        if not matrices:
+            return
         middle = next((i for i, c in enumerate(commands)
                        if c.command_type is CommandType.NO_OPERATION_MARKER), -1)
-        T = CommandType
-        for m in range(1, len(self.analyzer.matrix_accesses)):
+        for m in matrices:
             acc = self.analyzer.matrix_accesses[m].accesses
             for a, access in enumerate(acc):
                 c = access.command_index
@@ -226,6 +271,8 @@ class ComputationChecker:
         if len(info) != len(self.computation.matrices):
             raise ComputationCheckError(f"debug info has {len(info)} entries for "
                                         f"{len(self.computation.matrices)} matrices")
+        if len(info) >= _ARRAYS_FROM and self._debug_info_ok(info):
+            return
         checked: set[int] = set()    # lists shared by several matrices are checked once
         for m in range(1, len(info)):
             if len(info[m].cindexes) != self.computation.matrices[m].num_rows:
@@ -244,6 +291,36 @@ class ComputationChecker:
                 negative = bool(cindexes) and min(map(_get_n, map(_get_index, cindexes))) < 0
             if negative:
                 raise ComputationCheckError(f"negative n index in debug info of matrix m{m}")
+
+    def _debug_info_ok(self, info: list) -> bool:
+        """True if the loop of :meth:`check_computation_debug_info` would
+        find nothing wrong: every list as long as its matrix, no negative n
+        (the n columns of all array-backed lists checked together; a list
+        laid out regularly in n and not yet expanded is checked on its
+        first copy, whose n are the smallest)."""
+        lists = [d.cindexes for d in info[1:]]
+        if list(map(len, lists)) != [m.num_rows for m in self.computation.matrices[1:]]:
+            return False
+        arrays = []
+        for x in {id(x): x for x in lists}.values():
+            if not len(x):
+                continue
+            if not getattr(x, "is_built", True):
+                tiling = x.n_tiling
+                if tiling is not None and tiling.n_col == 1:
+                    arrays.append(tiling.base)
+                    continue
+            array = getattr(x, "array", None)
+            if array is None:
+                if min(map(_get_n, map(_get_index, x))) < 0:
+                    return False
+            else:
+                arrays.append(array)
+        if not arrays:
+            return True
+        if sum(map(len, arrays)) <= _CONCAT_LIMIT:
+            return int(np.concatenate(arrays)[:, 1].min()) >= 0
+        return all(int(a[:, 1].min()) >= 0 for a in arrays)
 
     # -- indexes -----------------------------------------------------------------
     def check_computation_indexes(self) -> None:

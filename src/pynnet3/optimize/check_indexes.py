@@ -10,15 +10,17 @@ are checked with array operations.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..compile.computation import Command, CommandType, CompressedMatrixType
 from ..errors import ComputationCheckError
 from ..nnet.components.base import Prop
-from ..nnet.properties_cache import component_properties
+from ..nnet.properties_cache import component_properties, nnet_component_properties
 from .analyze import ComputationVariables, _submatrix_table, command_error
+from .analyze_records import properties_array
+from .arrays import type_mask, unique_ints
 
 if TYPE_CHECKING:
     from .check import ComputationChecker
@@ -32,6 +34,51 @@ _P_PROPAGATE_IN_PLACE = int(Prop.PROPAGATE_IN_PLACE)
 _P_SIMPLE = int(Prop.SIMPLE)
 _P_UPDATABLE = int(Prop.UPDATABLE)
 _P_USES_MEMO = int(Prop.USES_MEMO)
+_T_PROPAGATE = int(T.PROPAGATE)
+# Below this many commands the per-command loop is quicker than the array
+# checks (their fixed cost is a few dozen NumPy calls).
+_LOOP_BELOW = 256
+
+# Command-type masks for the array checks (see arrays.type_mask).
+_MASK_ANY = type_mask(T)
+_MASK_WHOLE_ARG1 = type_mask([T.ALLOC_MATRIX, T.DEALLOC_MATRIX, T.DECOMPRESS_MATRIX])
+_MASK_SET_CONST = type_mask([T.SET_CONST])
+_MASK_SWAP = type_mask([T.SWAP_MATRIX])
+_MASK_COPY_ADD = type_mask([T.MATRIX_COPY, T.MATRIX_ADD])
+_MASK_BACKPROP = type_mask([T.BACKPROP, T.BACKPROP_NO_MODEL_UPDATE])
+_MASK_ROWS = type_mask([T.ADD_ROWS, T.COPY_ROWS])
+_MASK_IO = type_mask([T.ACCEPT_INPUT, T.PROVIDE_OUTPUT])
+_MASK_OTHER = type_mask([T.ADD_ROWS_MULTI, T.COPY_ROWS_MULTI, T.ADD_TO_ROWS_MULTI,
+                         T.COPY_TO_ROWS_MULTI, T.ADD_ROW_RANGES, T.COMPRESS_MATRIX,
+                         T.GOTO_LABEL])
+
+
+# The last network's component dimensions, with the properties list the
+# component property cache gave for it: within one compilation (one cache)
+# that list is the same object for the same network, so the dimensions are
+# asked once.  (Holding the list keeps its identity from being reused.)
+_last_dims: tuple[Any, np.ndarray, np.ndarray] = (None, np.zeros(0), np.zeros(0))
+
+
+def _component_dims(nnet: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Input and output dimensions of every component (int64 arrays)."""
+    global _last_dims
+    props = nnet_component_properties(nnet)
+    last = _last_dims
+    if last[0] is props:
+        return last[1], last[2]
+    components = [nnet.get_component(i) for i in range(nnet.num_components())]
+    in_dim = np.array([c.input_dim() for c in components], dtype=np.int64)
+    out_dim = np.array([c.output_dim() for c in components], dtype=np.int64)
+    _last_dims = (props, in_dim, out_dim)
+    return in_dim, out_dim
+
+
+def _index_stats(indexes: np.ndarray) -> tuple[int, int, int]:
+    """(length, max, min) of an index table (0, 0, 0 if empty)."""
+    if len(indexes) == 0:
+        return 0, 0, 0
+    return len(indexes), int(indexes.max()), int(indexes.min())
 
 
 class _IndexChecker:
@@ -57,6 +104,7 @@ class _IndexChecker:
         self.sub_rows: list[int] = self.sub_rows_array.tolist()
         self.sub_cols: list[int] = self.sub_cols_array.tolist()
         self.whole: list[bool] = whole.tolist()
+        self.whole_array = whole
         self.num_components = self.nnet.num_components() if self.nnet is not None else 0
         self.memo_to_command: dict[int, int] = {}
         self._props: dict[int, int] = {}
@@ -83,8 +131,201 @@ class _IndexChecker:
             p = self._props[index] = component_properties(comp)
         return p
 
-    # -- per command ---------------------------------------------------------
+    # -- all commands at once ----------------------------------------------------
     def run(self) -> None:
+        """Check every command; the command-by-command loop runs (and names
+        the first bad command) only where the array checks find something,
+        or for a short computation, where it is quicker than they are."""
+        if len(self.computation.commands) < _LOOP_BELOW or not self._all_ok():
+            self.run_loop()
+
+    def _all_ok(self) -> bool:
+        """True if no command would fail :meth:`run_loop` (array checks over
+        the command table, per command type).  May return False for a
+        computation the loop accepts; never True for one it rejects."""
+        comp = self.computation
+        commands = comp.commands
+        table = comp.command_table()
+        n = len(table)
+        if n == 0:
+            return True
+        types = table[:, 0]
+        num_subs = self.num_submatrices
+        rows, cols = self.sub_rows_array, self.sub_cols_array
+        whole = self.whole_array
+
+        def sub_ok(a: np.ndarray, allow_zero: bool = False) -> np.ndarray:
+            return (a >= (0 if allow_zero else 1)) & (a < num_subs)
+
+        def at(values: np.ndarray, a: np.ndarray) -> np.ndarray:
+            return values[np.clip(a, 0, num_subs - 1)]
+
+        def whole_ok(a: np.ndarray) -> np.ndarray:
+            return sub_ok(a) & at(whole, a)
+
+        def of(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            sel = np.flatnonzero(mask[types])
+            return sel, table[sel].T
+
+        if len(types) and (types.min() < 0 or types.max() >= len(_MASK_ANY)):
+            return False
+        # Whole-matrix commands.
+        sel, a = of(_MASK_WHOLE_ARG1)
+        if len(sel) and not whole_ok(a[1]).all():
+            return False
+        sel, a = of(_MASK_SET_CONST)
+        if len(sel) and not sub_ok(a[1]).all():
+            return False
+        sel, a = of(_MASK_SWAP)
+        if len(sel) and not (whole_ok(a[1]) & whole_ok(a[2]) & (at(rows, a[1]) == at(rows, a[2]))
+                             & (at(cols, a[1]) == at(cols, a[2]))).all():
+            return False
+        # Copies and additions of whole submatrices.
+        sel, a = of(_MASK_COPY_ADD)
+        if len(sel):
+            a1, a2 = a[1], a[2]
+            if not (sub_ok(a1) & sub_ok(a2) & (at(rows, a1) == at(rows, a2))
+                    & (at(cols, a1) == at(cols, a2))).all():
+                return False
+            for c in sel[a1 == a2].tolist():
+                command = commands[c]
+                if not (command.command_type is T.MATRIX_COPY and command.alpha != 1.0):
+                    return False
+        if not self._components_ok(table, types, sub_ok, at):
+            return False
+        # Row copies through an index table.
+        sel, a = of(_MASK_ROWS)
+        if len(sel):
+            a1, a2, k = a[1], a[2], a[3]
+            indexes = comp.indexes
+            if not (sub_ok(a1) & sub_ok(a2) & (k >= 0) & (k < len(indexes))
+                    & (at(cols, a1) == at(cols, a2)) & (a1 != a2)).all():
+                return False
+            uk = unique_ints(k)
+            stats = np.array([_index_stats(indexes[i]) for i in uk.tolist()],
+                             dtype=np.int64).reshape(-1, 3)[np.searchsorted(uk, k)]
+            length, high, low = stats[:, 0], stats[:, 1], stats[:, 2]
+            if not ((length == at(rows, a1))
+                    & ((length == 0) | ((high < at(rows, a2)) & (low >= -1)))).all():
+                return False
+        # Input and output.
+        sel, a = of(_MASK_IO)
+        if len(sel):
+            if not whole_ok(a[1]).all() or self.nnet is None:
+                return False
+            nnet = self.nnet
+            num_nodes = nnet.num_nodes()
+            for node in set(a[2].tolist()):
+                if not (0 <= node < num_nodes
+                        and (nnet.is_input_node(node) or nnet.is_output_node(node))):
+                    return False
+        # The rarer commands: as the loop checks them.
+        sel, _ = of(_MASK_OTHER)
+        for c in sel.tolist():
+            command = commands[c]
+            t = command.command_type
+            if t is T.COMPRESS_MATRIX or t is T.GOTO_LABEL:
+                if not self._rare_ok(c, command):
+                    return False
+                continue
+            try:
+                if t is T.ADD_ROW_RANGES:
+                    self.check_row_ranges(c, command)
+                else:
+                    self.check_multi(c, command)
+            except Exception:  # the loop says what (or finds an earlier problem)
+                return False
+        return True
+
+    def _rare_ok(self, c: int, command: Command) -> bool:
+        commands = self.computation.commands
+        if command.command_type is T.GOTO_LABEL:
+            label = command.arg1
+            return (0 <= label < c and commands[label].command_type is T.NO_OPERATION_LABEL
+                    and c + 1 == len(commands))
+        return (self.whole_ok(command.arg1)
+                and CompressedMatrixType.INT8 <= command.arg2 <= CompressedMatrixType.UINT16
+                and command.arg3 in (0, 1) and 0.0 <= command.alpha <= 1000.0
+                and not (command.alpha == 0.0 and command.arg2 != CompressedMatrixType.UINT8))
+
+    def _components_ok(self, table: np.ndarray, types: np.ndarray, sub_ok: Any,
+                       at: Any) -> bool:
+        """The Propagate and Backprop checks of the loop, including memos."""
+        prop = np.flatnonzero(types == _T_PROPAGATE)
+        back = np.flatnonzero(_MASK_BACKPROP[types])
+        if len(prop) == 0 and len(back) == 0:
+            return True
+        if self.nnet is None:
+            return False
+        ci_all = np.concatenate([table[prop, 1], table[back, 1]])
+        if ci_all.min() < 0 or ci_all.max() >= self.num_components:
+            return False
+        props_all = properties_array(self.nnet)
+        in_dim, out_dim = _component_dims(self.nnet)
+        num_precomputed = len(self.computation.component_precomputed_indexes)
+        rows, cols = self.sub_rows_array, self.sub_cols_array
+        if len(prop):
+            a = table[prop].T
+            ci = a[1]
+            props = props_all[ci]
+            simple = (props & _P_SIMPLE) != 0
+            a2, a3, a4, a6 = a[2], a[3], a[4], a[6]
+            ok = ((a2 >= 0) & (a2 < num_precomputed) & ~((a2 != 0) & simple)
+                  & sub_ok(a3, True) & ((a3 != 0) | ~simple) & sub_ok(a4)
+                  & ((a3 <= 0) | (at(cols, a3) == in_dim[ci]))
+                  & (at(cols, a4) == out_dim[ci])
+                  & ~(simple & (at(rows, a3) != at(rows, a4)))
+                  & ~((a3 == a4) & ((props & _P_PROPAGATE_IN_PLACE) == 0))
+                  & ((a6 == -1) | (a6 == 0) | (a6 == 1)))
+            if not ok.all():
+                return False
+        if len(back):
+            a = table[back].T
+            ci = a[1]
+            props = props_all[ci]
+            simple = (props & _P_SIMPLE) != 0
+            a2, a3, a4, a5, a6, a7 = a[2], a[3], a[4], a[5], a[6], a[7]
+            ok = ((a2 >= 0) & (a2 < num_precomputed) & ~((a2 != 0) & simple)
+                  & sub_ok(a3, True) & sub_ok(a4, True) & sub_ok(a5) & sub_ok(a6, True)
+                  & ~(((props & _P_BACKPROP_NEEDS_INPUT) != 0) & (a3 == 0))
+                  & ~(((props & _P_BACKPROP_NEEDS_OUTPUT) != 0) & (a4 == 0))
+                  & ~((a6 == 0) & ((props & _P_UPDATABLE) == 0))
+                  & ~((a5 == a6) & ((props & _P_BACKPROP_IN_PLACE) == 0))
+                  & ((a3 == 0) | (at(cols, a3) == in_dim[ci]))
+                  & ((a4 == 0) | (at(cols, a4) == out_dim[ci]))
+                  & ((a5 == 0) | (at(cols, a5) == out_dim[ci]))
+                  & ((a6 == 0) | (at(cols, a6) == in_dim[ci]))
+                  & ~((a3 != 0) & (a6 != 0) & (at(rows, a3) != at(rows, a6)))
+                  & ~((a4 != 0) & (at(rows, a4) != at(rows, a5)))
+                  & ~(simple & (a6 != 0) & (at(rows, a5) != at(rows, a6)))
+                  & (a7 >= -1)
+                  & ((a7 <= 0) | ((props & _P_USES_MEMO) != 0)))
+            if not ok.all():
+                return False
+        # Memos: each produced once, consumed once, by the same component.
+        produce = prop[table[prop, 5] > 0]
+        consume = back[table[back, 7] > 0]
+        if len(produce) or len(consume):
+            events = np.concatenate([produce, consume])
+            events.sort()
+            pending: dict[int, int] = {}
+            for c, t, comp_index, a5, a7 in zip(events.tolist(), table[events, 0].tolist(),
+                                                table[events, 1].tolist(),
+                                                table[events, 5].tolist(),
+                                                table[events, 7].tolist()):
+                if t == _T_PROPAGATE:
+                    if a5 in pending:
+                        return False
+                    pending[a5] = comp_index
+                else:
+                    if pending.pop(a7, None) != comp_index:
+                        return False
+            if pending:
+                return False
+        return True
+
+    # -- per command ---------------------------------------------------------
+    def run_loop(self) -> None:
         commands = self.computation.commands
         for c, command in enumerate(commands):
             t = command.command_type
@@ -268,7 +509,7 @@ class _IndexChecker:
         # Duplicate destinations would need atomic adds in the CUDA kernels.
         if command.command_type in (T.ADD_TO_ROWS_MULTI, T.COPY_TO_ROWS_MULTI):
             key = s * (int(self.sub_rows_array.max()) + 1) + r
-            if len(np.unique(key)) != len(key):
+            if len(unique_ints(key)) != len(key):
                 raise self.error(c, f"indexes_multi[{k}]: duplicate (submatrix, row) element "
                                  "in a *ToRowsMulti command")
 

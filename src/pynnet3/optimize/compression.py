@@ -20,10 +20,12 @@ import bisect
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ..compile.computation import Command, CommandType, CompressedMatrixType, NnetComputation
 from .. import log
-from .analyze import AccessType, Analyzer, get_max_memory_use
-from .renumber import insert_commands
+from .analyze import AccessType, Analyzer, MatrixAccessesList, get_max_memory_use
+from .renumber import insert_commands, whole_submatrices
 
 __all__ = ["optimize_memory_compression", "MemoryCompressionOptimizer"]
 
@@ -63,10 +65,25 @@ class MemoryCompressionOptimizer:
 
     def optimize(self) -> None:
         self.analyzer.init(self.nnet, self.computation)
-        for m in range(1, len(self.computation.matrices)):
+        for m in self._candidate_matrices():
             self.process_matrix(m)
         if self.compress_info:
             self.modify_computation()
+
+    def _candidate_matrices(self) -> list[int]:
+        """The matrices :meth:`process_matrix` may compress: not outputs, and
+        accessed both before and after the marker (all others it leaves)."""
+        ma = self.analyzer.matrix_accesses
+        num_matrices = len(self.computation.matrices)
+        if not isinstance(ma, MatrixAccessesList) or num_matrices < 2:
+            return list(range(1, num_matrices))
+        bounds = ma.bounds
+        before = np.concatenate(
+            [[0], np.cumsum(ma.access_commands < self.middle_command)])[bounds]
+        num_before = np.diff(before)[1:]
+        count = np.diff(bounds)[1:]
+        ok = (num_before > 0) & (num_before < count) & ~np.array(ma.is_output[1:], dtype=bool)
+        return (np.flatnonzero(ok) + 1).tolist()
 
     def process_matrix(self, m: int) -> None:
         accesses = self.analyzer.matrix_accesses[m]
@@ -98,7 +115,7 @@ class MemoryCompressionOptimizer:
         # (Kaldi has nothing more for level 3 yet.)
 
     def modify_computation(self) -> None:
-        whole = self.computation.whole_submatrices()
+        whole = whole_submatrices(self.computation)
         pairs: list[tuple[int, Command]] = []
         for info in self.compress_info:
             s = whole[info.m]

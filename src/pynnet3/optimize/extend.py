@@ -18,15 +18,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..compile.computation import CommandType, NnetComputation, SubMatrixInfo
+from ..compile.computation import CommandType, NnetComputation
 from ..compile.n_stride import CindexList, cindex_array
 from ..errors import PynnetError
 from ..nnet.index import K_NO_TIME
-from .renumber import renumber_computation
+from .arrays import ComputationArrays, rows_with_type, type_mask
+from .renumber import renumber_arrays
 
 __all__ = ["extend_matrices", "MatrixExtender"]
 
 T = CommandType
+_T_SWAP_MATRIX = int(T.SWAP_MATRIX)
+_T_MATRIX_COPY = int(T.MATRIX_COPY)
+_T_SET_CONST = int(T.SET_CONST)
+_IO_TYPES = type_mask([T.PROVIDE_OUTPUT, T.ACCEPT_INPUT])
+_SIZING_TYPES = type_mask([T.ALLOC_MATRIX, T.DEALLOC_MATRIX])
 
 # A destination is not extended unless the copied part is already at least
 # this proportion of the source (keep equal to check.py's _EXTEND_MIN_PROPORTION).
@@ -34,111 +40,145 @@ _MIN_PROPORTION = np.float32(0.8)
 
 
 class MatrixExtender:
-    """Kaldi's MatrixExtender; use :func:`extend_matrices`."""
+    """Kaldi's MatrixExtender; use :func:`extend_matrices`.
 
-    def __init__(self, computation: NnetComputation) -> None:
-        self.computation = computation
-        num_matrices = len(computation.matrices)
-        self.orig_num_rows = [m.num_rows for m in computation.matrices]
+    Works on the array form of the computation (given a computation, it
+    writes the result back to it at the end)."""
+
+    def __init__(self, computation: NnetComputation | ComputationArrays) -> None:
+        if isinstance(computation, ComputationArrays):
+            self.computation: NnetComputation | None = None
+            self.arrays = st = computation
+        else:
+            self.computation = computation
+            self.arrays = st = ComputationArrays(computation)
+        table = st.table
+        types = table[:, 0]
+        swaps = np.flatnonzero(types == _T_SWAP_MATRIX)
+        if len(swaps):
+            raise PynnetError(f"extend_matrices: c{swaps[0]} is a SwapMatrix; this pass must run "
+                              "before allocate-from-other")
+        num_matrices = len(st.matrices)
+        self.orig_num_rows: list[int] = st.sizes[:, 0].tolist()
+        self._num_rows = list(self.orig_num_rows)
+        self._num_cols: list[int] = st.sizes[:, 1].tolist()
         self.is_input_or_output = [False] * num_matrices
-        for c, command in enumerate(computation.commands):
-            if command.command_type is T.SWAP_MATRIX:
-                raise PynnetError(f"extend_matrices: c{c} is a SwapMatrix; this pass must run "
-                                  "before allocate-from-other")
-            if command.command_type in (T.PROVIDE_OUTPUT, T.ACCEPT_INPUT):
-                m = computation.submatrices[command.arg1].matrix_index
-                self.is_input_or_output[m] = True
+        io = rows_with_type(types, _IO_TYPES)
+        for m in st.sub[table[io, 1], 0].tolist():
+            self.is_input_or_output[m] = True
+        # The submatrices as rows [matrix, row offset, rows, column offset,
+        # columns]; new ones are appended.
+        self._subs: list[list[int]] = st.sub.tolist()
 
     def can_be_extended(self, dest_submatrix: int, src_submatrix: int) -> bool:
-        comp = self.computation
-        src = comp.submatrices[src_submatrix]
-        dest = comp.submatrices[dest_submatrix]
-        if src.matrix_index == dest.matrix_index:
+        src_m, src_r0, src_nr, src_c0, src_nc = self._subs[src_submatrix]
+        dest_m, dest_r0, dest_nr, _, _ = self._subs[dest_submatrix]
+        if src_m == dest_m:
             return False
-        if self.is_input_or_output[dest.matrix_index]:
+        if self.is_input_or_output[dest_m]:
             return False   # inputs and outputs keep their sizes
-        src_matrix = comp.matrices[src.matrix_index]
         # (float32 product, as Kaldi's BaseFloat arithmetic)
-        if src.num_rows < _MIN_PROPORTION * np.float32(self.orig_num_rows[src.matrix_index]):
+        if src_nr < _MIN_PROPORTION * np.float32(self.orig_num_rows[src_m]):
             return False
         # The source is the matrix minus some final rows; the destination
         # range reaches the last row of its matrix.
-        return (src.col_offset == 0 and src.num_cols == src_matrix.num_cols
-                and src.row_offset == 0 and src.num_rows < src_matrix.num_rows
-                and dest.row_offset + dest.num_rows == self.orig_num_rows[dest.matrix_index])
+        return (src_c0 == 0 and src_nc == self._num_cols[src_m]
+                and src_r0 == 0 and src_nr < self._num_rows[src_m]
+                and dest_r0 + dest_nr == self.orig_num_rows[dest_m])
 
     def extend(self, dest_submatrix: int, src_submatrix: int) -> tuple[int, int]:
         """Grow the destination matrix and return the new (dest, src)
         submatrices of the widened copy.  Allocation commands are fixed later
         by :meth:`fix_computation`."""
-        comp = self.computation
-        src = comp.submatrices[src_submatrix]
-        dest = comp.submatrices[dest_submatrix]
-        src_matrix = comp.matrices[src.matrix_index]
-        dest_matrix = comp.matrices[dest.matrix_index]
-        new_dest_num_rows = dest.row_offset + src_matrix.num_rows
-        if new_dest_num_rows > dest_matrix.num_rows:
-            dest_matrix.num_rows = new_dest_num_rows
+        subs = self._subs
+        src_m = subs[src_submatrix][0]
+        dest_m, dest_r0, _, dest_c0, dest_nc = subs[dest_submatrix]
+        src_rows = self._num_rows[src_m]
+        new_dest_num_rows = dest_r0 + src_rows
+        if new_dest_num_rows > self._num_rows[dest_m]:
+            self._num_rows[dest_m] = new_dest_num_rows
+            self.arrays.matrices[dest_m].num_rows = new_dest_num_rows
             # a submatrix covering the whole grown matrix
-            comp.submatrices.append(SubMatrixInfo(dest.matrix_index, 0, new_dest_num_rows, 0,
-                                                  dest_matrix.num_cols))
-        comp.submatrices.append(SubMatrixInfo(dest.matrix_index, dest.row_offset,
-                                              src_matrix.num_rows, dest.col_offset,
-                                              dest.num_cols))
-        new_dest = len(comp.submatrices) - 1
-        comp.submatrices.append(SubMatrixInfo(src.matrix_index, 0, src_matrix.num_rows, 0,
-                                              src_matrix.num_cols))
-        return new_dest, len(comp.submatrices) - 1
+            subs.append([dest_m, 0, new_dest_num_rows, 0, self._num_cols[dest_m]])
+        subs.append([dest_m, dest_r0, src_rows, dest_c0, dest_nc])
+        subs.append([src_m, 0, src_rows, 0, self._num_cols[src_m]])
+        return len(subs) - 2, len(subs) - 1
 
     def extend_matrices(self) -> None:
-        commands = self.computation.commands
+        st = self.arrays
+        table = st.table
         changed = False
-        for c, command in enumerate(commands):
-            if command.command_type is T.MATRIX_COPY and command.alpha == 1.0 \
-                    and self.can_be_extended(command.arg1, command.arg2):
-                dest, src = self.extend(command.arg1, command.arg2)
-                commands[c] = command.with_args(arg1=dest, arg2=src)
+        candidates = np.flatnonzero((table[:, 0] == _T_MATRIX_COPY) & (st.alpha == 1.0))
+        for c, a1, a2 in zip(candidates.tolist(), table[candidates, 1].tolist(),
+                             table[candidates, 2].tolist()):
+            if self.can_be_extended(a1, a2):
+                dest, src = self.extend(a1, a2)
+                table[c, 1] = dest
+                table[c, 2] = src
                 changed = True
         if changed:
             self.fix_computation()
+            if self.computation is not None:
+                st.write_back(self.computation)
 
     def fix_computation(self) -> None:
         """Point allocations, deallocations and whole-matrix zeroings at the
         whole (grown) matrices, fix the debug info, renumber."""
-        comp = self.computation
-        whole = comp.whole_submatrices()
-        commands = comp.commands
-        for c, command in enumerate(commands):
-            t = command.command_type
-            if t is T.ALLOC_MATRIX or t is T.DEALLOC_MATRIX:
-                s = command.arg1
-                m = comp.submatrices[s].matrix_index
-                if whole[m] != s:
-                    if not (comp.submatrices[s] == comp.submatrices[whole[m]]
-                            or self.orig_num_rows[m] != comp.matrices[m].num_rows):
-                        raise PynnetError(f"extend_matrices: c{c} does not allocate a whole "
-                                          "matrix (code error)")
-                    commands[c] = command.with_args(arg1=whole[m])
-            elif t is T.SET_CONST and command.alpha == 0.0:
-                s = command.arg1
-                info = comp.submatrices[s]
-                m = info.matrix_index
-                if whole[m] != s and info.row_offset == 0 and info.col_offset == 0 \
-                        and info.num_cols == comp.matrices[m].num_cols \
-                        and info.num_rows == self.orig_num_rows[m]:
-                    # it zeroed the whole matrix before it grew: it still should
-                    commands[c] = command.with_args(arg1=whole[m])
-        if comp.matrix_debug_info:
+        st = self.arrays
+        num_new = len(self._subs) - len(st.sub)
+        st.sub = np.array(self._subs, dtype=np.int64).reshape(-1, 5)
+        st.sub_origin = np.concatenate([st.sub_origin, np.full(num_new, -1, dtype=np.int64)])
+        st.sizes[:, 0] = self._num_rows
+        sub = st.sub
+        rows = st.sizes[:, 0]
+        cols = st.sizes[:, 1]
+        orig_rows = np.array(self.orig_num_rows, dtype=np.int64)
+        # For each matrix, its first submatrix that covers it whole (0 if none).
+        m_of = sub[:, 0]
+        is_whole = ((sub[:, 1] == 0) & (sub[:, 3] == 0) & (sub[:, 2] == rows[m_of])
+                    & (sub[:, 4] == cols[m_of]))
+        is_whole[0] = False
+        whole = np.zeros(len(rows), dtype=np.int64)
+        candidates = np.flatnonzero(is_whole)
+        if len(candidates):
+            matrices, first = np.unique(m_of[candidates], return_index=True)
+            whole[matrices] = candidates[first]
+        table = st.table
+        types = table[:, 0]
+        sizing = rows_with_type(types, _SIZING_TYPES)
+        if len(sizing):
+            s = table[sizing, 1]
+            m = sub[s, 0]
+            w = whole[m]
+            moved = w != s
+            fine = (sub[s] == sub[w]).all(axis=1) | (orig_rows[m] != rows[m])
+            bad = moved & ~fine
+            if bad.any():
+                c = int(sizing[np.flatnonzero(bad)[0]])
+                raise PynnetError(f"extend_matrices: c{c} does not allocate a whole "
+                                  "matrix (code error)")
+            table[sizing[moved], 1] = w[moved]
+        zeroing = np.flatnonzero((types == _T_SET_CONST) & (st.alpha == 0.0))
+        if len(zeroing):
+            s = table[zeroing, 1]
+            info = sub[s]
+            m = info[:, 0]
+            w = whole[m]
+            # it zeroed the whole matrix before it grew: it still should
+            moved = ((w != s) & (info[:, 1] == 0) & (info[:, 3] == 0) & (info[:, 4] == cols[m])
+                     & (info[:, 2] == orig_rows[m]))
+            table[zeroing[moved], 1] = w[moved]
+        if st.matrix_debug_info:
             self.fix_debug_info()
-        renumber_computation(comp)
+        renumber_arrays(st)
 
     def fix_debug_info(self) -> None:
         """Debug info for the new rows: copies of the last rows' cindexes with
         t = kNoTime (they are not real time steps)."""
-        comp = self.computation
-        for m in range(1, len(comp.matrices)):
-            debug = comp.matrix_debug_info[m]
-            new_rows = comp.matrices[m].num_rows
+        st = self.arrays
+        for m in range(1, len(st.matrices)):
+            debug = st.matrix_debug_info[m]
+            new_rows = st.matrices[m].num_rows
             old_rows = len(debug.cindexes)
             if new_rows == old_rows:
                 continue
@@ -151,6 +191,6 @@ class MatrixExtender:
             debug.cindexes = CindexList(np.ascontiguousarray(np.concatenate([arr, tail])))
 
 
-def extend_matrices(computation: NnetComputation) -> None:
+def extend_matrices(computation: NnetComputation | ComputationArrays) -> None:
     """Kaldi's ExtendMatrices, in place (see the module docstring)."""
     MatrixExtender(computation).extend_matrices()

@@ -20,9 +20,12 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import Any
 
+import numpy as np
+
 from ..compile.computation import Command, CommandType, NnetComputation, StrideType
 from ..errors import ComputationCheckError
-from .analyze import AccessType, Analyzer, ComputationAnalysis
+from .analyze import _W, AccessType, Analyzer, ComputationAnalysis, MatrixAccessesList
+from .arrays import rows_with_type, type_mask
 from .renumber import fix_goto_label_if_any, remove_no_ops
 
 __all__ = ["convert_addition_to_assignment", "remove_unnecessary_zeroing",
@@ -35,6 +38,12 @@ _NO_OP = Command(T.NO_OPERATION)
 # The additions that have an assignment counterpart.
 _ADD_TO_COPY = {T.MATRIX_ADD: T.MATRIX_COPY, T.ADD_ROWS: T.COPY_ROWS,
                 T.ADD_ROWS_MULTI: T.COPY_ROWS_MULTI, T.ADD_TO_ROWS_MULTI: T.COPY_TO_ROWS_MULTI}
+_ADDITION_TYPES = type_mask(_ADD_TO_COPY)
+_T_SET_CONST = int(T.SET_CONST)
+_T_ALLOC_MATRIX = int(T.ALLOC_MATRIX)
+_T_DEALLOC_MATRIX = int(T.DEALLOC_MATRIX)
+_T_GOTO_LABEL = int(T.GOTO_LABEL)
+_SIZING_TYPES = type_mask([T.ALLOC_MATRIX, T.DEALLOC_MATRIX])
 
 
 def convert_addition_to_assignment(nnet: Any, computation: NnetComputation) -> None:
@@ -42,17 +51,32 @@ def convert_addition_to_assignment(nnet: Any, computation: NnetComputation) -> N
     analyzer = Analyzer(nnet, computation)
     analysis = ComputationAnalysis(computation, analyzer)
     commands = computation.commands
-    for c, command in enumerate(commands):
-        new_type = _ADD_TO_COPY.get(command.command_type)
-        if new_type is None:
-            continue
-        written = analyzer.command_attributes[c].submatrices_written
-        if not written:
-            raise ComputationCheckError("an addition command writes nothing", c)
-        # If anything it adds to was touched before (other than zeroed), the
-        # old value matters and the addition must stay.
-        if any(analysis.first_nontrivial_access(s) != c for s in written):
-            continue
+    num_commands = len(commands)
+    candidates = rows_with_type(computation.command_table()[:, 0], _ADDITION_TYPES)
+    if len(candidates) == 0:
+        return
+    # Each addition's written submatrices, and those of them touched (other
+    # than zeroed) before it: if there are any, the old value matters and
+    # the addition must stay.
+    rec = analyzer.submatrix_records
+    if rec is None:
+        raise ComputationCheckError("convert_addition_to_assignment: no analysis")
+    is_candidate = np.zeros(num_commands, dtype=bool)
+    is_candidate[candidates] = True
+    sel = ((rec.flag & _W) != 0) & is_candidate[rec.cmd]
+    w_cmd, w_sub = rec.cmd[sel], rec.item[sel]
+    summary = analysis.summary(zeroing=True)
+    if summary is None:
+        raise ComputationCheckError("convert_addition_to_assignment: commands changed")
+    first = np.array(summary.submatrix_first_nontrivial, dtype=np.int64)
+    num_written = np.bincount(w_cmd, minlength=num_commands)[candidates]
+    touched_before = np.bincount(w_cmd[first[w_sub] != w_cmd], minlength=num_commands)
+    if (num_written == 0).any():
+        c = int(candidates[np.flatnonzero(num_written == 0)[0]])
+        raise ComputationCheckError("an addition command writes nothing", c)
+    for c in candidates[touched_before[candidates] == 0].tolist():
+        command = commands[c]
+        new_type = _ADD_TO_COPY[command.command_type]
         # (Kaldi's CopyToRowsMulti has no scale.)
         if new_type is T.COPY_TO_ROWS_MULTI and command.alpha != 1.0:
             continue
@@ -66,27 +90,36 @@ def remove_unnecessary_zeroing(nnet: Any, computation: NnetComputation) -> None:
     remove_unnecessary_allocation or the end.)"""
     a = Analyzer(nnet, computation)
     commands = computation.commands
+    ma = a.matrix_accesses
     table = a.variable_accesses
-    for m, accesses in enumerate(a.matrix_accesses):
-        if not accesses.accesses:
-            continue
-        zeroing = accesses.accesses[0].command_index
-        command = commands[zeroing]
-        if not (command.command_type is T.SET_CONST and command.alpha == 0.0):
-            continue
-        all_ok = True
-        for v in a.variables.variables_for_matrix(m):
-            v_acc = table[v]
-            if len(v_acc) > 1 and v_acc[1].access_type is not AccessType.WRITE:
-                all_ok = False   # read (or added to) after the zeroing
-                break
-            if len(v_acc) == 1 and accesses.is_output:
-                # Only ever zeroed, and handed to the user: the zeros are the
-                # answer (a derivative that limits on t made all zero).
-                all_ok = False
-                break
-        if all_ok:
-            commands[zeroing] = _NO_OP
+    variables = a.variables
+    if not isinstance(ma, MatrixAccessesList):
+        raise ComputationCheckError("remove_unnecessary_zeroing: no matrix access arrays")
+    # Per matrix: is its first access a zeroing?
+    bounds = ma.bounds
+    has_access = np.flatnonzero(bounds[1:] > bounds[:-1])
+    first = ma.access_commands[bounds[has_access]]
+    types = computation.command_table()[:, 0]
+    zeroed = [(m, c) for m, c in zip(has_access[types[first] == _T_SET_CONST].tolist(),
+                                      first[types[first] == _T_SET_CONST].tolist())
+              if commands[c].alpha == 0.0]
+    if not zeroed:
+        return
+    # Per variable: read (or added to) after the zeroing, or only ever
+    # zeroed and handed to the user (the zeros are the answer: a derivative
+    # that limits on t made all zero).  Any such variable keeps its
+    # matrix's zeroing.
+    counts = np.diff(table.offsets)
+    second = np.minimum(table.offsets[:-1] + 1, max(len(table.types) - 1, 0))
+    second_type = table.types[second] if len(table.types) else np.zeros(0, dtype=np.int64)
+    is_output = np.array(ma.is_output, dtype=bool)
+    keeps = (((counts > 1) & (second_type != AccessType.WRITE))
+             | ((counts == 1) & is_output[variables.variable_to_matrix]))
+    keeps_per_matrix = np.bincount(variables.variable_to_matrix[keeps],
+                                   minlength=len(ma)).tolist()
+    for m, c in zeroed:
+        if keeps_per_matrix[m] == 0:
+            commands[c] = _NO_OP
 
 
 def move_sizing_commands(nnet: Any, computation: NnetComputation) -> None:
@@ -95,47 +128,58 @@ def move_sizing_commands(nnet: Any, computation: NnetComputation) -> None:
     DeallocMatrix to just after its last access.  Input/output commands stay."""
     # (Kaldi computes the variables, command attributes and matrix accesses
     # here; the Analyzer does just that.)
-    matrix_accesses = Analyzer(nnet, computation).matrix_accesses
+    ma = Analyzer(nnet, computation).matrix_accesses
+    if not isinstance(ma, MatrixAccessesList):
+        raise ComputationCheckError("move_sizing_commands: no matrix access arrays")
     commands = computation.commands
     num_commands = len(commands)
+    table = computation.command_table()
+    types = table[:, 0]
+    if (types == _T_GOTO_LABEL).any():
+        raise ComputationCheckError("move_sizing_commands cannot run after the looped-"
+                                    "computation optimization",
+                                    int(np.flatnonzero(types == _T_GOTO_LABEL)[0]))
+    # An AllocMatrix followed by the zeroing of the same submatrix is a pair
+    # that moves together.
+    is_pair = np.zeros(num_commands, dtype=bool)
+    if num_commands > 1:
+        maybe = np.flatnonzero((types[:-1] == _T_ALLOC_MATRIX) & (types[1:] == _T_SET_CONST)
+                               & (table[:-1, 1] == table[1:, 1]))
+        is_pair[[c for c in maybe.tolist() if commands[c + 1].alpha == 0.0]] = True
     # Positions are scaled by 3 so that a command can be placed just before
     # (3c - 1) or just after (3c + 1) command c.
-    is_pair = [False] * num_commands
-    for c in range(num_commands - 1):
-        a, b = commands[c], commands[c + 1]
-        if (a.command_type is T.ALLOC_MATRIX and b.command_type is T.SET_CONST
-                and a.arg1 == b.arg1 and b.alpha == 0.0):
-            is_pair[c] = True
-    position = [3 * c for c in range(num_commands)]
-    for m in range(1, len(matrix_accesses)):
-        ma = matrix_accesses[m]
-        if ma.allocate_command != -1 and \
-                commands[ma.allocate_command].command_type is T.ALLOC_MATRIX:
-            first = -1
-            if ma.accesses:
-                first = ma.accesses[0].command_index
-                if first == ma.allocate_command + 1 and is_pair[ma.allocate_command]:
-                    first = ma.accesses[1].command_index if len(ma.accesses) > 1 else -1
-            if first != -1:
-                if first <= ma.allocate_command:
-                    raise ComputationCheckError(f"matrix m{m} is accessed before it is "
-                                                "allocated", first)
-                position[ma.allocate_command] = 3 * first - 1
-        if ma.deallocate_command != -1 and ma.accesses and \
-                commands[ma.deallocate_command].command_type is T.DEALLOC_MATRIX:
-            position[ma.deallocate_command] = 3 * ma.accesses[-1].command_index + 1
-    order = sorted(range(num_commands), key=lambda c: (position[c], c))
-    reordered: list[Command] = []
-    for old in order:
-        if commands[old].command_type is T.GOTO_LABEL:
-            raise ComputationCheckError("move_sizing_commands cannot run after the looped-"
-                                        "computation optimization", old)
-        if old > 0 and is_pair[old - 1]:
-            continue          # the zeroing travels with its allocation
-        reordered.append(commands[old])
-        if is_pair[old]:
-            reordered.append(commands[old + 1])
-    computation.commands = reordered
+    position = np.arange(num_commands, dtype=np.int64) * 3
+    num_matrices = len(ma)
+    if num_matrices > 1 and num_commands:
+        bounds = ma.bounds
+        acc = np.concatenate([ma.access_commands, [-1, -1]])   # -1 past the end
+        lo, hi = bounds[1:-1], bounds[2:]
+        count = hi - lo
+        first = np.where(count > 0, acc[lo], -1)
+        second = np.where(count > 1, acc[np.minimum(lo + 1, len(acc) - 1)], -1)
+        last = np.where(count > 0, acc[np.maximum(hi - 1, 0)], -1)
+        alloc = np.array(ma.allocate[1:], dtype=np.int64)
+        dealloc = np.array(ma.deallocate[1:], dtype=np.int64)
+        moves = (alloc != -1) & (types[alloc] == _T_ALLOC_MATRIX)
+        with_pair = moves & (first == alloc + 1) & is_pair[alloc]
+        first = np.where(with_pair, second, first)
+        moves &= first != -1
+        if (first[moves] <= alloc[moves]).any():
+            i = int(np.flatnonzero(moves & (first <= alloc))[0])
+            raise ComputationCheckError(f"matrix m{i + 1} is accessed before it is "
+                                        "allocated", int(first[i]))
+        position[alloc[moves]] = 3 * first[moves] - 1
+        frees = (dealloc != -1) & (count > 0) & (types[dealloc] == _T_DEALLOC_MATRIX)
+        position[dealloc[frees]] = 3 * last[frees] + 1
+    order = np.argsort(position, kind="stable")
+    # The zeroing travels with its allocation.
+    follows_pair = np.zeros(num_commands, dtype=bool)
+    follows_pair[1:] = is_pair[:-1]
+    order = order[~follows_pair[order]]
+    with_follower = is_pair[order]
+    reordered = np.repeat(order, 1 + with_follower)
+    reordered[np.cumsum(1 + with_follower) - 1] += with_follower
+    computation.commands = [commands[c] for c in reordered.tolist()]
 
 
 def compute_command_pairs(deallocs: list[int], allocs: list[int]) -> list[tuple[int, int]]:
@@ -159,13 +203,19 @@ def remove_unnecessary_allocation(nnet: Any, computation: NnetComputation) -> No
     no-op commands."""
     lists: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
     commands = computation.commands
-    for c, command in enumerate(commands):
-        t = command.command_type
-        if t is T.ALLOC_MATRIX or t is T.DEALLOC_MATRIX:
-            m = computation.matrices[computation.submatrices[command.arg1].matrix_index]
-            cols = m.num_cols if m.stride_type is StrideType.DEFAULT else -m.num_cols
-            deallocs, allocs = lists.setdefault((m.num_rows, cols), ([], []))
-            (deallocs if t is T.DEALLOC_MATRIX else allocs).append(c)
+    table = computation.command_table()
+    sizing = rows_with_type(table[:, 0], _SIZING_TYPES)
+    matrices = computation.matrices
+    # Per matrix: rows, and columns negated for a stride = num-cols matrix
+    # (those pair only among themselves).
+    rows = np.fromiter((m.num_rows for m in matrices), dtype=np.int64, count=len(matrices))
+    cols = np.fromiter((m.num_cols if m.stride_type is StrideType.DEFAULT else -m.num_cols
+                        for m in matrices), dtype=np.int64, count=len(matrices))
+    mats = computation.submatrix_table()[table[sizing, 1], 0]
+    for c, t, r, k in zip(sizing.tolist(), table[sizing, 0].tolist(), rows[mats].tolist(),
+                          cols[mats].tolist()):
+        deallocs, allocs = lists.setdefault((r, k), ([], []))
+        (deallocs if t == _T_DEALLOC_MATRIX else allocs).append(c)
     for deallocs, allocs in lists.values():
         for d, a in compute_command_pairs(deallocs, allocs):
             dealloc, alloc = commands[d], commands[a]

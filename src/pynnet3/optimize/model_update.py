@@ -23,6 +23,7 @@ from ..compile.computation import Command, CommandType, MatrixDebugInfo, NnetCom
 from ..compile.n_stride import CindexList, cindex_array
 from ..errors import PynnetError
 from ..nnet.components.base import Prop
+from ..nnet.properties_cache import nnet_component_properties
 
 __all__ = ["consolidate_model_update", "ModelUpdateConsolidator"]
 
@@ -32,6 +33,7 @@ _P_BACKPROP_NEEDS_OUTPUT = int(Prop.BACKPROP_NEEDS_OUTPUT)
 _P_SIMPLE = int(Prop.SIMPLE)
 _P_UPDATABLE = int(Prop.UPDATABLE)
 _P_USES_MEMO = int(Prop.USES_MEMO)
+_T_BACKPROP = int(T.BACKPROP)
 
 
 class ModelUpdateConsolidator:
@@ -41,7 +43,7 @@ class ModelUpdateConsolidator:
         self.nnet = nnet
         self.computation = computation
         # extra_commands[c]: commands to insert just before original command c.
-        self.extra_commands: list[list[Command]] = [[] for _ in computation.commands]
+        self.extra_commands: dict[int, list[Command]] = {}
         # The consolidated Backprop commands, placed after everything else but
         # before final_deallocate_commands.
         self.final_commands: list[Command] = []
@@ -51,11 +53,13 @@ class ModelUpdateConsolidator:
         nnet = self.nnet
         backprop_commands: list[list[int]] = [[] for _ in range(nnet.num_components())]
         wanted = _P_UPDATABLE | _P_SIMPLE
-        for c, command in enumerate(self.computation.commands):
-            if command.command_type is T.BACKPROP:
-                properties = int(nnet.get_component(command.arg1).properties())
-                if properties & wanted == wanted and not properties & _P_USES_MEMO:
-                    backprop_commands[command.arg1].append(c)
+        props = nnet_component_properties(nnet)
+        table = self.computation.command_table()
+        backprops = np.flatnonzero(table[:, 0] == _T_BACKPROP)
+        for c, component in zip(backprops.tolist(), table[backprops, 1].tolist()):
+            properties = props[component]
+            if properties & wanted == wanted and not properties & _P_USES_MEMO:
+                backprop_commands[component].append(c)
         consolidated = False
         for component, commands in enumerate(backprop_commands):
             if len(commands) > 1:
@@ -118,8 +122,9 @@ class ModelUpdateConsolidator:
         new_whole = comp.new_matrix(num_rows, num_cols, stride_type)
         # Allocated and zeroed at the very start (later passes drop the
         # zeroing where it is not needed and move the allocation).
-        self.extra_commands[0].append(Command(T.ALLOC_MATRIX, arg1=new_whole))
-        self.extra_commands[0].append(Command(T.SET_CONST, 0.0, new_whole))
+        extra = self.extra_commands.setdefault(0, [])
+        extra.append(Command(T.ALLOC_MATRIX, arg1=new_whole))
+        extra.append(Command(T.SET_CONST, 0.0, new_whole))
         self.final_deallocate_commands.append(Command(T.DEALLOC_MATRIX, arg1=new_whole))
         if have_debug:
             m = comp.submatrices[new_whole].matrix_index
@@ -129,7 +134,7 @@ class ModelUpdateConsolidator:
         for c, s in zip(commands, submatrices):
             rows = comp.submatrices[s].num_rows
             part = comp.new_submatrix(new_whole, row_offset, rows, 0, num_cols)
-            self.extra_commands[c].append(Command(T.MATRIX_COPY, 1.0, part, s))
+            self.extra_commands.setdefault(c, []).append(Command(T.MATRIX_COPY, 1.0, part, s))
             row_offset += rows
         return new_whole
 
@@ -145,12 +150,16 @@ class ModelUpdateConsolidator:
 
     def add_commands_to_computation(self) -> None:
         comp = self.computation
-        if len(comp.commands) != len(self.extra_commands):
+        commands = comp.commands
+        if self.extra_commands and max(self.extra_commands) >= len(commands):
             raise PynnetError("add_commands_to_computation: commands changed (code error)")
         new_commands: list[Command] = []
-        for extra, command in zip(self.extra_commands, comp.commands):
-            new_commands.extend(extra)
-            new_commands.append(command)
+        done = 0
+        for c in sorted(self.extra_commands):
+            new_commands.extend(commands[done:c])
+            new_commands.extend(self.extra_commands[c])
+            done = c
+        new_commands.extend(commands[done:])
         new_commands.extend(self.final_commands)
         new_commands.extend(self.final_deallocate_commands)
         comp.commands = new_commands

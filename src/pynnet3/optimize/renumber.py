@@ -19,17 +19,20 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from ..compile.computation import (ARG_ROLES, Command, CommandType, NnetComputation, Role,
-                                   SubMatrixInfo, make_command)
+from ..compile.computation import ARG_ROLES, Command, CommandType, NnetComputation, Role
 from ..errors import ComputationCheckError
-from .analyze import Analyzer, _submatrix_table
+from .analyze import Analyzer
+from .arrays import ComputationArrays, rows_with_type, type_mask
 
 __all__ = ["renumber_computation", "remove_no_ops", "identify_submatrix_args",
            "identify_indexes_args", "identify_indexes_multi_args", "identify_indexes_ranges_args",
            "map_submatrix_args", "matrix_is_unused", "remove_commands_for_unused_matrix",
-           "insert_commands", "ComputationRenumberer"]
+           "insert_commands", "ComputationRenumberer", "renumber_arrays", "whole_submatrices"]
 
 T = CommandType
+_T_PROPAGATE = int(T.PROPAGATE)
+_T_BACKPROP = int(T.BACKPROP)
+_T_BACKPROP_NO_MODEL_UPDATE = int(T.BACKPROP_NO_MODEL_UPDATE)
 
 _SUBMATRIX_ROLES = frozenset({Role.SUBMATRIX_READ, Role.SUBMATRIX_WRITE, Role.SUBMATRIX_RW,
                               Role.SUBMATRIX_ALLOC, Role.SUBMATRIX_MAYBE_READ,
@@ -134,22 +137,30 @@ def _dedup_arrays(arrays: Sequence[np.ndarray], used: np.ndarray | None
 _SUBMATRIX_MASK = np.zeros((len(CommandType), 7), dtype=bool)
 for _t, _positions in _SUBMATRIX_POSITIONS.items():
     _SUBMATRIX_MASK[int(_t), list(_positions)] = True
-_MULTI_TYPES = np.array(sorted(int(t) for t in _INDEXES_MULTI_POSITION), dtype=np.int64)
-_INDEXES_TYPES = np.array(sorted(int(t) for t in _INDEXES_POSITION), dtype=np.int64)
-_RANGES_TYPES = np.array(sorted(int(t) for t in _INDEXES_RANGES_POSITION), dtype=np.int64)
+# Masks over command types (see arrays.type_mask).
+_MULTI_TYPES = type_mask(_INDEXES_MULTI_POSITION)
+_INDEXES_TYPES = type_mask(_INDEXES_POSITION)
+_RANGES_TYPES = type_mask(_INDEXES_RANGES_POSITION)
 
 
 class ComputationRenumberer:
-    """Kaldi's ComputationRenumberer; use :func:`renumber_computation`.
+    """Kaldi's ComputationRenumberer; use :func:`renumber_computation` (or
+    :func:`renumber_arrays` inside a pass that works on
+    :class:`~.arrays.ComputationArrays`).
 
-    Works on the command table (:func:`command_table`: type and arguments of
-    every command as one int array), kept in step with the commands, so
-    that finding and mapping arguments is array work; only commands whose
-    arguments change are rebuilt.
+    Works on the array form of the computation (the command table: type and
+    arguments of every command as one int array; the submatrix table), so
+    that finding and mapping arguments is array work; the commands whose
+    arguments change are rebuilt once, when the arrays are written back.
     """
 
-    def __init__(self, computation: NnetComputation) -> None:
-        self.computation = computation
+    def __init__(self, computation: NnetComputation | ComputationArrays) -> None:
+        if isinstance(computation, ComputationArrays):
+            self.computation: NnetComputation | None = None
+            self.arrays = computation
+        else:
+            self.computation = computation
+            self.arrays = ComputationArrays(computation)
         self.submatrix_is_used = np.zeros(0, dtype=bool)
         self.submatrix_is_kept = np.zeros(0, dtype=bool)
         self.matrix_is_used = np.zeros(0, dtype=bool)
@@ -157,10 +168,8 @@ class ComputationRenumberer:
         self.old_to_new_submatrix = np.zeros(0, dtype=np.int64)
         self.num_matrices_new = 0
         self.num_submatrices_new = 0
-        self._table: np.ndarray | None = None
 
     def renumber(self) -> None:
-        self._table = self.computation.command_table().copy()
         self.remove_unused_indexes_multi()
         self.compute_submatrix_is_used()
         self.compute_matrix_is_used()
@@ -171,33 +180,27 @@ class ComputationRenumberer:
         self.renumber_indexes()
         self.renumber_indexes_ranges()
         self.renumber_memos()
+        # (Later renumbering of these arrays only drops tables.)
+        self.arrays.tables_distinct = True
+        if self.computation is not None:
+            self.arrays.write_back(self.computation)
 
     # -- the command table ---------------------------------------------------------
     @property
     def table(self) -> np.ndarray:
-        if self._table is None or len(self._table) != len(self.computation.commands):
-            self._table = self.computation.command_table().copy()
-        return self._table
+        return self.arrays.table
 
     def _args_of_types(self, types: np.ndarray, position: int) -> tuple[np.ndarray, np.ndarray]:
-        """(commands, their argument at 0-based ``position``) for commands of ``types``."""
+        """(commands, their argument at 0-based ``position``) for commands of
+        the types mask ``types`` selects."""
         table = self.table
-        rows = np.flatnonzero(np.isin(table[:, 0], types))
+        rows = rows_with_type(table[:, 0], types)
         return rows, table[rows, position + 1]
-
-    def _set_args(self, rows: np.ndarray, new_args: np.ndarray) -> None:
-        """Give commands ``rows`` the arguments ``new_args`` [len(rows), 7]."""
-        commands = self.computation.commands
-        table = self.table
-        for c, (a1, a2, a3, a4, a5, a6, a7) in zip(rows.tolist(), new_args.tolist()):
-            old = commands[c]
-            commands[c] = make_command(old.command_type, old.alpha, a1, a2, a3, a4, a5, a6, a7)
-        table[rows, 1:] = new_args
 
     # -- indexes_multi -----------------------------------------------------------
     def remove_unused_indexes_multi(self) -> None:
-        comp = self.computation
-        n = len(comp.indexes_multi)
+        st = self.arrays
+        n = len(st.indexes_multi)
         if n == 0:
             return
         rows, ks = self._args_of_types(_MULTI_TYPES, 1)
@@ -210,19 +213,12 @@ class ComputationRenumberer:
         old_to_new, count = _create_renumbering(used)
         if count == n:
             return
-        comp.indexes_multi = [comp.indexes_multi[i] for i in np.flatnonzero(used).tolist()]
+        st.indexes_multi = [st.indexes_multi[i] for i in np.flatnonzero(used).tolist()]
         self._renumber_table_args(rows, ks, old_to_new, 1)
 
     def _renumber_table_args(self, rows: np.ndarray, ks: np.ndarray, old_to_new: np.ndarray,
                              position: int) -> None:
-        new = old_to_new[ks]
-        changed = new != ks
-        if not changed.any():
-            return
-        rows = rows[changed]
-        new_args = self.table[rows, 1:].copy()
-        new_args[:, position] = new[changed]
-        self._set_args(rows, new_args)
+        self.table[rows, position + 1] = old_to_new[ks]
 
     # -- submatrices and matrices ------------------------------------------------
     def _submatrix_arg_mask(self) -> np.ndarray:
@@ -233,13 +229,13 @@ class ComputationRenumberer:
         return _SUBMATRIX_MASK[types]
 
     def compute_submatrix_is_used(self) -> None:
-        comp = self.computation
-        num_submatrices = len(comp.submatrices)
+        st = self.arrays
+        num_submatrices = st.num_submatrices
         used = np.zeros(num_submatrices, dtype=bool)
         used[0] = True
         refs_arr = self.table[:, 1:][self._submatrix_arg_mask()]
-        parts = [refs_arr] + [im[:, 0].astype(np.int64) for im in comp.indexes_multi]
-        all_refs = np.concatenate(parts) if parts else refs_arr
+        parts = [refs_arr] + [im[:, 0].astype(np.int64) for im in st.indexes_multi]
+        all_refs = np.concatenate(parts) if len(parts) > 1 else refs_arr
         all_refs = all_refs[all_refs > 0]
         if len(all_refs) and all_refs.max() >= num_submatrices:
             raise ComputationCheckError(f"submatrix index {int(all_refs.max())} out of range "
@@ -248,18 +244,16 @@ class ComputationRenumberer:
         self.submatrix_is_used = used
 
     def compute_matrix_is_used(self) -> None:
-        comp = self.computation
-        used = np.zeros(len(comp.matrices), dtype=bool)
+        st = self.arrays
+        used = np.zeros(len(st.matrices), dtype=bool)
         used[0] = True
-        mats = np.fromiter((s.matrix_index for s in comp.submatrices), dtype=np.int64,
-                           count=len(comp.submatrices))
-        used[mats[self.submatrix_is_used]] = True
+        used[st.sub[self.submatrix_is_used, 0]] = True
         self.matrix_is_used = used
 
     def set_up_mappings(self) -> None:
-        comp = self.computation
+        st = self.arrays
         self.old_to_new_matrix, self.num_matrices_new = _create_renumbering(self.matrix_is_used)
-        num_submatrices = len(comp.submatrices)
+        num_submatrices = st.num_submatrices
         old_to_new = np.full(num_submatrices, -1, dtype=np.int64)
         old_to_new[0] = 0
         kept = self.submatrix_is_used.copy()
@@ -268,10 +262,8 @@ class ComputationRenumberer:
         if len(used):
             # Equal submatrices share the number of the first of them; the
             # distinct ones are numbered in order of first appearance.
-            rows = np.ascontiguousarray(_submatrix_table(comp)[used])
-            keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
-            _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-            inverse = inverse.reshape(-1)
+            rows = st.sub[used]
+            first, inverse = _first_occurrence(rows)
             rank = np.empty(len(first), dtype=np.int64)
             rank[np.argsort(first)] = np.arange(len(first))
             old_to_new[used] = 1 + rank[inverse]
@@ -282,18 +274,17 @@ class ComputationRenumberer:
         self.num_submatrices_new = cur
 
     def renumber_submatrices(self) -> None:
-        comp = self.computation
+        st = self.arrays
         mapping = self.old_to_new_submatrix
-        if (mapping == np.arange(len(mapping))).all():
+        if self.num_submatrices_new == len(mapping) and \
+                (mapping == np.arange(len(mapping))).all():
             return
-        args = self.table[:, 1:]
+        table = self.table
+        args = table[:, 1:]
         mask = self._submatrix_arg_mask() & (args > 0)
-        new_args = np.where(mask, mapping[np.where(mask, args, 0)], args)
-        rows = np.flatnonzero((new_args != args).any(axis=1))
-        if len(rows):
-            self._set_args(rows, new_args[rows])
+        table[:, 1:] = np.where(mask, mapping[np.where(mask, args, 0)], args)
         new_multi = []
-        for im in comp.indexes_multi:
+        for im in st.indexes_multi:
             col = im[:, 0]
             valid = col != -1
             new_col = np.where(valid, mapping[np.where(valid, col, 0)], -1)
@@ -303,48 +294,46 @@ class ComputationRenumberer:
                 im = im.copy()
                 im[:, 0] = new_col
             new_multi.append(im)
-        comp.indexes_multi = new_multi
-        comp.submatrices = [comp.submatrices[s] for s in np.flatnonzero(self.submatrix_is_kept)
-                            .tolist()]
+        st.indexes_multi = new_multi
+        kept = self.submatrix_is_kept
+        st.sub = st.sub[kept]
+        st.sub_origin = st.sub_origin[kept]
 
     def renumber_matrices(self) -> None:
-        comp = self.computation
+        st = self.arrays
         mapping = self.old_to_new_matrix
-        if self.num_matrices_new == len(comp.matrices):
+        if self.num_matrices_new == len(st.matrices):
             return
-        new_subs = [comp.submatrices[0]]
-        mapping_list = mapping.tolist()
-        for s in comp.submatrices[1:]:
-            m = mapping_list[s.matrix_index]
-            if m <= 0:
-                raise ComputationCheckError(f"submatrix refers to removed matrix "
-                                            f"m{s.matrix_index}")
-            new_subs.append(SubMatrixInfo(m, s.row_offset, s.num_rows, s.col_offset, s.num_cols))
-        comp.submatrices = new_subs
+        new_m = mapping[st.sub[1:, 0]]
+        if len(new_m) and new_m.min() <= 0:
+            i = int(np.flatnonzero(new_m <= 0)[0]) + 1
+            raise ComputationCheckError(f"submatrix refers to removed matrix m{st.sub[i, 0]}")
+        st.sub[1:, 0] = new_m
         keep = np.flatnonzero(self.matrix_is_used).tolist()
-        old_num_matrices = len(comp.matrices)
-        comp.matrices = [comp.matrices[m] for m in keep]
-        if comp.matrix_debug_info:
-            if len(comp.matrix_debug_info) != old_num_matrices:
+        old_num_matrices = len(st.matrices)
+        st.matrices = [st.matrices[m] for m in keep]
+        st.sizes = st.sizes[self.matrix_is_used]
+        if st.matrix_debug_info:
+            if len(st.matrix_debug_info) != old_num_matrices:
                 raise ComputationCheckError(
-                    f"debug info has {len(comp.matrix_debug_info)} entries for "
+                    f"debug info has {len(st.matrix_debug_info)} entries for "
                     f"{old_num_matrices} matrices")
-            comp.matrix_debug_info = [comp.matrix_debug_info[m] for m in keep]
+            st.matrix_debug_info = [st.matrix_debug_info[m] for m in keep]
 
     def remove_indexes_multi_duplicates(self) -> None:
-        comp = self.computation
-        if not comp.indexes_multi:
+        st = self.arrays
+        if not st.indexes_multi or st.tables_distinct:
             return
-        old_to_new, kept = _dedup_arrays(comp.indexes_multi, None)
-        if len(kept) == len(comp.indexes_multi):
+        old_to_new, kept = _dedup_arrays(st.indexes_multi, None)
+        if len(kept) == len(st.indexes_multi):
             return
-        comp.indexes_multi = [comp.indexes_multi[i] for i in kept]
+        st.indexes_multi = [st.indexes_multi[i] for i in kept]
         rows, ks = self._args_of_types(_MULTI_TYPES, 1)
         self._renumber_table_args(rows, ks, old_to_new, 1)
 
     def _renumber_tables(self, name: str, types: np.ndarray, position: int) -> None:
-        comp = self.computation
-        arrays = getattr(comp, name)
+        st = self.arrays
+        arrays = getattr(st, name)
         n = len(arrays)
         if n == 0:
             return
@@ -355,10 +344,16 @@ class ComputationRenumberer:
             raise ComputationCheckError(f"{name} index {ks[i]} out of range", int(rows[i]))
         used = np.zeros(n, dtype=bool)
         used[ks] = True
-        old_to_new, kept = _dedup_arrays(arrays, used)
+        if st.tables_distinct:
+            if used.all():
+                return
+            old_to_new, _ = _create_renumbering(used)
+            kept = np.flatnonzero(used).tolist()
+        else:
+            old_to_new, kept = _dedup_arrays(arrays, used)
         if len(kept) == n:
             return
-        setattr(comp, name, [arrays[i] for i in kept])
+        setattr(st, name, [arrays[i] for i in kept])
         self._renumber_table_args(rows, ks, old_to_new, position)
 
     def renumber_indexes(self) -> None:
@@ -371,41 +366,49 @@ class ComputationRenumberer:
     def renumber_memos(self) -> None:
         """Number the memos 1, 2, ... in the order of the Propagate commands
         that create them (Backprop commands name the same number)."""
-        commands = self.computation.commands
         table = self.table
         types = table[:, 0]
         # Only commands that name a memo matter.
-        candidates = np.flatnonzero(((types == T.PROPAGATE) & (table[:, 5] > 0))
-                                    | (((types == T.BACKPROP)
-                                        | (types == T.BACKPROP_NO_MODEL_UPDATE))
-                                       & (table[:, 7] > 0)))
+        is_prop = (types == _T_PROPAGATE) & (table[:, 5] > 0)
+        is_back = (((types == _T_BACKPROP) | (types == _T_BACKPROP_NO_MODEL_UPDATE))
+                   & (table[:, 7] > 0))
+        candidates = np.flatnonzero(is_prop | is_back)
+        if len(candidates) == 0:
+            return
         propagate_of: dict[int, int] = {}
         backprop_of: dict[int, int] = {}
         order: list[int] = []
-        for c in candidates.tolist():
-            cmd = commands[c]
-            if cmd.command_type is T.PROPAGATE:
-                if cmd.arg5 in propagate_of:
-                    raise ComputationCheckError(f"memo {cmd.arg5} is created twice", c)
-                propagate_of[cmd.arg5] = c
-                order.append(cmd.arg5)
+        for c, t, a5, a7 in zip(candidates.tolist(), types[candidates].tolist(),
+                                table[candidates, 5].tolist(), table[candidates, 7].tolist()):
+            if t == _T_PROPAGATE:
+                if a5 in propagate_of:
+                    raise ComputationCheckError(f"memo {a5} is created twice", c)
+                propagate_of[a5] = c
+                order.append(a5)
             else:
                 # (Kaldi looks at kBackprop only; no component that uses a
                 # memo is updatable, so the other kind never has one there.)
-                if cmd.arg7 not in propagate_of or cmd.arg7 in backprop_of:
-                    raise ComputationCheckError(f"memo {cmd.arg7} used by a Backprop without "
+                if a7 not in propagate_of or a7 in backprop_of:
+                    raise ComputationCheckError(f"memo {a7} used by a Backprop without "
                                                 "exactly one Propagate before it", c)
-                backprop_of[cmd.arg7] = c
+                backprop_of[a7] = c
         for new, memo in enumerate(order, start=1):
             if memo not in backprop_of:
                 raise ComputationCheckError(f"a Propagate creates memo {memo} but no Backprop "
                                             "uses it", propagate_of[memo])
             if new != memo:
-                p, b = propagate_of[memo], backprop_of[memo]
-                commands[p] = commands[p].with_args(arg5=new)
-                commands[b] = commands[b].with_args(arg7=new)
-                table[p, 5] = new
-                table[b, 7] = new
+                table[propagate_of[memo], 5] = new
+                table[backprop_of[memo], 7] = new
+
+
+def _first_occurrence(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For the rows of a 2-d int array: the position of the first row of
+    each distinct value (in sorted-value order) and, per row, which
+    distinct value it is."""
+    rows = np.ascontiguousarray(rows)
+    keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    return first, inverse.reshape(-1)
 
 
 def renumber_computation(computation: NnetComputation) -> None:
@@ -413,6 +416,11 @@ def renumber_computation(computation: NnetComputation) -> None:
     matrices and index tables and renumber memos, in place.  Leaves no-op
     commands where they are (see :func:`remove_no_ops`)."""
     ComputationRenumberer(computation).renumber()
+
+
+def renumber_arrays(arrays: ComputationArrays) -> None:
+    """:func:`renumber_computation` on the array form of a computation."""
+    ComputationRenumberer(arrays).renumber()
 
 
 def remove_no_ops(computation: NnetComputation) -> None:
@@ -461,6 +469,30 @@ def remove_commands_for_unused_matrix(analyzer: Analyzer, m: int,
 
 
 # ---------------------------------------------------------------------------
+# Whole submatrices
+
+
+def whole_submatrices(computation: NnetComputation) -> list[int]:
+    """``computation.whole_submatrices()`` (for each matrix, the first
+    submatrix covering it whole, 0 if none) by array operations."""
+    sub = computation.submatrix_table()
+    num_matrices = len(computation.matrices)
+    ans = np.zeros(num_matrices, dtype=np.int64)
+    if len(sub) > 1:
+        rows = np.fromiter((m.num_rows for m in computation.matrices), dtype=np.int64,
+                           count=num_matrices)
+        cols = np.fromiter((m.num_cols for m in computation.matrices), dtype=np.int64,
+                           count=num_matrices)
+        m = sub[1:, 0]
+        whole = np.flatnonzero((sub[1:, 1] == 0) & (sub[1:, 3] == 0) & (sub[1:, 2] == rows[m])
+                               & (sub[1:, 4] == cols[m])) + 1
+        if len(whole):
+            matrices, first = np.unique(sub[whole, 0], return_index=True)
+            ans[matrices] = whole[first]
+    return ans.tolist()
+
+
+# ---------------------------------------------------------------------------
 # Inserting commands
 
 
@@ -477,13 +509,13 @@ def insert_commands(new_commands: Sequence[tuple[int, Command]],
     if ordered[0][0] < 0 or ordered[-1][0] > n:
         raise ValueError(f"insert position out of range [0, {n}]")
     merged: list[Command] = []
-    j = 0
-    for c in range(n + 1):
-        while j < len(ordered) and ordered[j][0] <= c:
-            merged.append(ordered[j][1])
-            j += 1
-        if c < n:
-            merged.append(old[c])
+    done = 0
+    for c, command in ordered:
+        if c > done:
+            merged.extend(old[done:c])
+            done = c
+        merged.append(command)
+    merged.extend(old[done:])
     computation.commands = merged
     fix_goto_label_if_any(computation)
 

@@ -25,12 +25,18 @@ import numpy as np
 
 from ..compile.computation import Command, CommandType, NnetComputation
 from ..errors import PynnetError
+from .arrays import rows_with_type, type_mask, unique_ints
 from .renumber import insert_commands
 
 __all__ = ["snip_row_ops", "split_row_ops", "replace_row_with_matrix_ops", "RowOpsSplitter",
            "indexes_have_special_structure"]
 
 T = CommandType
+_ROWS_TYPES = type_mask([T.COPY_ROWS, T.ADD_ROWS])
+_SNIP_TYPES = type_mask([T.ADD_ROWS, T.ADD_ROWS_MULTI, T.ADD_TO_ROWS_MULTI,
+                         T.COPY_TO_ROWS_MULTI, T.ADD_ROW_RANGES])
+_T_ADD_ROWS = int(T.ADD_ROWS)
+_T_ADD_ROW_RANGES = int(T.ADD_ROW_RANGES)
 
 
 # ---------------------------------------------------------------------------
@@ -57,19 +63,60 @@ def indexes_have_special_structure(indexes: np.ndarray) -> tuple[int, int, int] 
     return pos, first, length
 
 
+def _special_structures(arrays: list[np.ndarray]) -> list[tuple[int, int, int] | None]:
+    """:func:`indexes_have_special_structure` of each (nonempty) array, with
+    array operations over all of them at once."""
+    lengths = np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays))
+    if len(arrays) == 0:
+        return []
+    if (lengths == 0).any():
+        raise PynnetError("indexes_have_special_structure: empty indexes")
+    values = np.concatenate(arrays).astype(np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    ends = starts + lengths
+    position = np.arange(len(values), dtype=np.int64)
+    nonneg = values >= 0
+    big = len(values)
+    # First nonnegative entry of each array (its end if none).
+    first_pos = np.minimum(np.minimum.reduceat(np.where(nonneg, position, big), starts), ends)
+    has_run = first_pos < ends
+    owner = np.repeat(np.arange(len(arrays)), lengths)
+    run_start = first_pos[owner]
+    first_value = values[np.minimum(first_pos, big - 1)][owner]
+    # Entries from the run's start on that break the run v, v+1, ...
+    breaks = (position >= run_start) & (values != first_value + (position - run_start))
+    run_end = np.minimum(np.minimum.reduceat(np.where(breaks, position, big), starts), ends)
+    run_length = run_end - first_pos
+    # The run must hold every nonnegative entry (-1s after it only).
+    num_nonneg = np.add.reduceat(nonneg.astype(np.int64), starts)
+    ok = has_run & (num_nonneg == run_length)
+    first_values = values[np.minimum(first_pos, big - 1)]
+    return [(p, v, n) if k else None for k, p, v, n in zip(
+        ok.tolist(), (first_pos - starts).tolist(), first_values.tolist(), run_length.tolist())]
+
+
 def replace_row_with_matrix_ops(computation: NnetComputation) -> bool:
     """Kaldi's ReplaceRowWithMatrixOps (see the module docstring)."""
     changed = False
     commands = computation.commands
-    for c, command in enumerate(commands):
-        t = command.command_type
-        if t is not T.COPY_ROWS and t is not T.ADD_ROWS:
-            continue
-        if not 0 <= command.arg3 < len(computation.indexes):
-            raise PynnetError(f"c{c}: indexes index {command.arg3} out of range")
-        structure = indexes_have_special_structure(computation.indexes[command.arg3])
+    table = computation.command_table()
+    rows = rows_with_type(table[:, 0], _ROWS_TYPES)
+    if len(rows) == 0:
+        return False
+    ks = table[rows, 3]
+    bad = (ks < 0) | (ks >= len(computation.indexes))
+    if bad.any():
+        c = int(rows[np.flatnonzero(bad)[0]])
+        raise PynnetError(f"c{c}: indexes index {ks[np.flatnonzero(bad)[0]]} out of range")
+    unique = unique_ints(ks)
+    structures = _special_structures([computation.indexes[k] for k in unique.tolist()])
+    by_index = dict(zip(unique.tolist(), structures))
+    for c, k in zip(rows.tolist(), ks.tolist()):
+        structure = by_index[k]
         if structure is None:
             continue
+        command = commands[c]
+        t = command.command_type
         pos, first, length = structure
         dest = computation.new_submatrix(command.arg1, pos, length, 0, -1)
         src = computation.new_submatrix(command.arg2, first, length, 0, -1)
@@ -140,18 +187,67 @@ def snip_ranges_row_op(computation: NnetComputation, c: int) -> bool:
     return True
 
 
+def _leading_trailing_all(arrays: list[np.ndarray]) -> list[tuple[int, int] | None]:
+    """(leading, trailing) numbers of negative entries of each (nonempty)
+    index array, None for an array of only negative entries, with array
+    operations over all of them at once."""
+    if not arrays:
+        return []
+    lengths = np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays))
+    if (lengths == 0).any():
+        raise PynnetError("row command whose index table does nothing (all -1 or empty)")
+    keep = np.concatenate(arrays) >= 0
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    ends = starts + lengths
+    position = np.arange(len(keep), dtype=np.int64)
+    first = np.minimum.reduceat(np.where(keep, position, len(keep)), starts)
+    last = np.maximum.reduceat(np.where(keep, position, -1), starts)
+    some = (first < ends) & (last >= starts)
+    return [(lead, trail) if k else None for k, lead, trail in zip(
+        some.tolist(), (first - starts).tolist(), (ends - 1 - last).tolist())]
+
+
 def snip_row_ops(computation: NnetComputation) -> bool:
     """Kaldi's SnipRowOps.  CopyRows and CopyRowsMulti are left alone: their
     -1 entries zero the destination row, which is not a no-op."""
     changed = False
-    for c in range(len(computation.commands)):
-        t = computation.commands[c].command_type
-        if t is T.ADD_ROWS:
-            changed |= snip_single_row_op(computation, c)
-        elif t in (T.ADD_ROWS_MULTI, T.ADD_TO_ROWS_MULTI, T.COPY_TO_ROWS_MULTI):
-            changed |= snip_multi_row_op(computation, c)
-        elif t is T.ADD_ROW_RANGES:
+    table = computation.command_table()
+    types = table[:, 0]
+    candidates = rows_with_type(types, _SNIP_TYPES)
+    if len(candidates) == 0:
+        return False
+    # AddRows: the -1 entries at the edges of each table, all tables at once.
+    add_rows = candidates[types[candidates] == _T_ADD_ROWS]
+    edges: dict[int, tuple[int, int] | None] = {}
+    if len(add_rows):
+        ks = table[add_rows, 3]
+        bad = (ks < 0) | (ks >= len(computation.indexes))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise PynnetError(f"c{add_rows[i]}: indexes index {ks[i]} out of range")
+        unique = unique_ints(ks).tolist()
+        edges = dict(zip(unique, _leading_trailing_all([computation.indexes[k]
+                                                        for k in unique])))
+    for c, t in zip(candidates.tolist(), types[candidates].tolist()):
+        if t == _T_ADD_ROWS:
+            command = computation.commands[c]
+            lead_trail = edges[command.arg3]
+            if lead_trail is None:
+                raise PynnetError("row command whose index table does nothing "
+                                  "(all -1 or empty)")
+            lead, trail = lead_trail
+            if lead == 0 and trail == 0:
+                continue
+            indexes = computation.indexes[command.arg3]
+            num_rows = len(indexes) - lead - trail
+            computation.commands[c] = command.with_args(
+                arg1=computation.new_submatrix(command.arg1, lead, num_rows, 0, -1),
+                arg3=computation.add_indexes(indexes[lead:lead + num_rows]))
+            changed = True
+        elif t == _T_ADD_ROW_RANGES:
             changed |= snip_ranges_row_op(computation, c)
+        else:
+            changed |= snip_multi_row_op(computation, c)
     return changed
 
 

@@ -1,0 +1,443 @@
+"""The array and compiled fast paths of the analysis, the checker and the
+passes give the same answers as the straightforward versions they stand
+in for (which stay in the code as the reference and the error path).
+
+* ComputationVariables: the Numba loop against the NumPy version;
+* the variable-merging round analysis against Analyzer/ComputationAnalysis;
+* the submatrix access records against the command-by-command loop;
+* the checker's array checks against its loops, on many randomly broken
+  computations (same verdict, same error message);
+* the vectorised row-op helpers against the per-table functions;
+* the optimizer with and without a hook (array form shared between passes,
+  or written back after each pass);
+* ComputationArrays written back unchanged gives the same records.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from pynnet3.compile.computation import Command, CommandType, NnetComputation
+from pynnet3.errors import PynnetError
+from pynnet3.optimize import OptimizeOptions, copy_computation, optimize
+from pynnet3.optimize import analyze as analyze_module
+from pynnet3.optimize.analyze import Analyzer, ComputationAnalysis, ComputationVariables
+from pynnet3.optimize.analyze_records import _submatrix_access_records_loop, access_records_from_table
+from pynnet3.optimize.arrays import ComputationArrays
+from pynnet3.optimize.check import ComputationChecker, check_computation
+from pynnet3.optimize import check as check_module
+from pynnet3.optimize import check_indexes as check_indexes_module
+from pynnet3.optimize.check_indexes import _IndexChecker
+from pynnet3.optimize.row_ops import (_leading_trailing, _leading_trailing_all,
+                                      _special_structures, indexes_have_special_structure)
+from pynnet3.optimize.variable_merging import VariableMergingOptimizer
+from tests.conftest import reference_dir
+
+T = CommandType
+
+
+def _reference_or_skip():
+    root = reference_dir()
+    if root is None or not (root / "random").is_dir():
+        pytest.skip("reference/random not available (needs /work/shared)")
+    return root
+
+
+@functools.lru_cache(maxsize=None)
+def _case(seed: str):
+    from pynnet3.compile.compiler import Compiler, CompilerOptions
+    from pynnet3.compile.request_io import read_request_file
+    from pynnet3.nnet.model_io import read_nnet
+
+    d = _reference_or_skip() / "random" / seed
+    nnet = read_nnet(str(d / "final.raw"))
+    request = read_request_file(str(d / "request.kaldi-text"))
+    comp = Compiler([request], nnet).create_computation(CompilerOptions())
+    return nnet, request, comp
+
+
+# Recurrent with model derivative (038), TDNN-like (009, 023), attention with
+# memos (019), statistics pooling (003).
+_SEEDS = ["003", "009", "019", "023", "038"]
+
+
+# -- variables ---------------------------------------------------------------------
+
+def _random_tables(rng: np.random.Generator, num_matrices: int, num_subs: int):
+    sizes = [(0, 0)] + [(int(rng.integers(1, 40)), int(rng.integers(1, 40)))
+                        for _ in range(num_matrices)]
+    sub = [(0, 0, 0, 0, 0)]
+    for m in range(1, num_matrices + 1):
+        sub.append((m, 0, sizes[m][0], 0, sizes[m][1]))
+    for _ in range(num_subs):
+        m = int(rng.integers(1, num_matrices + 1))
+        nr, nc = sizes[m]
+        r0, c0 = int(rng.integers(0, nr)), int(rng.integers(0, nc))
+        sub.append((m, r0, int(rng.integers(1, nr - r0 + 1)), c0,
+                    int(rng.integers(1, nc - c0 + 1))))
+    return np.array(sub, dtype=np.int64), np.array(sizes, dtype=np.int64)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_variables_compiled_loop_matches_numpy(seed: int, monkeypatch) -> None:
+    rng = np.random.default_rng(seed)
+    # (some matrices with many submatrices: the loop sorts those differently)
+    sub, sizes = _random_tables(rng, int(rng.integers(1, 30)), int(rng.integers(0, 200)))
+    fast = ComputationVariables()
+    fast.init_from_tables(sub, sizes)
+    monkeypatch.setattr(analyze_module, "_USE_JIT", False)
+    slow = ComputationVariables()
+    slow.init_from_tables(sub, sizes)
+    assert fast.num_variables == slow.num_variables
+    for name in ("matrix_to_variable_index", "variable_to_matrix", "submatrix_to_matrix",
+                 "submatrix_is_whole_matrix", "variables_flat", "variables_offsets"):
+        a, b = getattr(fast, name), getattr(slow, name)
+        assert a.dtype == b.dtype and np.array_equal(a, b), name
+    for m in range(len(sizes)):
+        assert fast.row_split_points[m].tolist() == slow.row_split_points[m].tolist()
+        assert fast.column_split_points[m].tolist() == slow.column_split_points[m].tolist()
+    for s in range(len(sub)):
+        assert fast.variables_for_submatrix(s) == slow.variables_for_submatrix(s)
+
+
+# -- the merging round's analysis ----------------------------------------------------------
+
+@pytest.mark.parametrize("seed", _SEEDS)
+def test_round_analysis_matches_computation_analysis(seed: str) -> None:
+    nnet, request, comp = _case(seed)
+    states: dict[str, NnetComputation] = {}
+    optimize(OptimizeOptions(), nnet, request, comp,
+             after_each_pass=lambda name, c: states.setdefault(name, copy_computation(c)))
+    before = states.get("extend_matrices") or states["convert_addition_to_assignment"]
+    opt = VariableMergingOptimizer(OptimizeOptions(), nnet, copy_computation(before))
+    fast = opt.analysis
+    analyzer = Analyzer(nnet, before)
+    slow = ComputationAnalysis(before, analyzer)
+    n = len(before.commands)
+    assert fast.num_commands == n
+    for s in range(1, len(before.submatrices)):
+        assert fast.first_nontrivial_access(s) == slow.first_nontrivial_access(s)
+        assert fast.last_access(s) == slow.last_access(s)
+        assert fast.last_write_access(s) == slow.last_write_access(s)
+        for c in {0, n // 3, n // 2, max(n - 2, 0)}:
+            assert fast.data_invalidated_command(c, s) == slow.data_invalidated_command(c, s)
+    ma = analyzer.matrix_accesses
+    for m in range(1, len(before.matrices)):
+        a = ma[m]
+        assert fast.allocate[m] == a.allocate_command
+        assert fast.deallocate[m] == a.deallocate_command
+        assert (fast.is_input[m], fast.is_output[m]) == (a.is_input, a.is_output)
+        assert fast.matrix_first[m] == (a.accesses[0].command_index if a.accesses else n)
+        assert fast.matrix_first_nontrivial[m] == slow.first_nontrivial_matrix_access(m)
+
+
+@pytest.mark.parametrize("seed", _SEEDS)
+def test_access_records_match_command_loop(seed: str) -> None:
+    nnet, request, comp = _case(seed)
+    out = optimize(OptimizeOptions(), nnet, request, comp)
+    for c in (comp, out):
+        cmd, sub, flag, side = access_records_from_table(
+            nnet, c.command_table(), c.indexes, c.indexes_multi, len(c.submatrices))
+        loop_side = [False] * len(c.commands)
+        rec = _submatrix_access_records_loop(nnet, c, loop_side)
+        assert sorted(zip(cmd.tolist(), sub.tolist(), flag.tolist())) == \
+            sorted(zip(rec.cmd, rec.sub, rec.flag))
+        assert side.tolist() == loop_side
+
+
+# -- the checker -------------------------------------------------------------------------
+
+def _verdict(nnet, comp: NnetComputation, check_rewrite: bool) -> str | None:
+    try:
+        check_computation(nnet, comp, check_rewrite=check_rewrite)
+    except (PynnetError, IndexError, KeyError, ValueError, TypeError) as e:
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def _slow_checker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the checker run every loop (no array shortcuts)."""
+    monkeypatch.setattr(_IndexChecker, "_all_ok", lambda self: False)
+    monkeypatch.setattr(ComputationChecker, "_suspect_matrices",
+                        lambda self: range(1, len(self.analyzer.matrix_accesses)))
+    monkeypatch.setattr(ComputationChecker, "_compression_matrices",
+                        lambda self: range(1, len(self.analyzer.matrix_accesses)))
+    monkeypatch.setattr(ComputationChecker, "_debug_info_ok", lambda self, info: False)
+
+
+def _mutations(comp: NnetComputation, rng: np.random.Generator, count: int):
+    """Randomly broken (or not) copies of ``comp``: one argument, type or
+    alpha of one command changed, a command dropped or moved, a submatrix or
+    matrix resized, debug info shortened."""
+    n = len(comp.commands)
+    num_subs = len(comp.submatrices)
+    types = list(CommandType)
+    for _ in range(count):
+        kind = int(rng.integers(0, 9))
+        commands = list(comp.commands)
+        c = int(rng.integers(0, n))
+        old = commands[c]
+        if kind <= 3:
+            i = int(rng.integers(1, 8))
+            v = getattr(old, f"arg{i}")
+            choices = [-2, -1, 0, 1, v - 1, v + 1, num_subs - 1, num_subs,
+                       int(rng.integers(0, max(num_subs, 1)))]
+            commands[c] = replace(old, **{f"arg{i}": int(rng.choice(choices))})
+        elif kind == 4:
+            commands[c] = replace(old, command_type=types[int(rng.integers(0, len(types)))])
+        elif kind == 5:
+            commands[c] = replace(old, alpha=float(rng.choice([0.0, 1.0, 0.5, -1.0, 2000.0])))
+        elif kind == 6:
+            del commands[c]
+        elif kind == 7:
+            d = int(rng.integers(0, n))
+            commands.insert(d, commands.pop(c))
+        else:
+            broken = copy_computation(comp)
+            what = int(rng.integers(0, 3))
+            if what == 0 and num_subs > 1:
+                s = int(rng.integers(1, num_subs))
+                info = broken.submatrices[s]
+                broken.submatrices[s] = replace(info, num_rows=max(info.num_rows - 1, 1))
+            elif what == 1 and len(broken.matrices) > 1:
+                m = int(rng.integers(1, len(broken.matrices)))
+                broken.matrices[m].num_rows += 1
+            elif broken.matrix_debug_info:
+                m = int(rng.integers(1, len(broken.matrix_debug_info)))
+                d = broken.matrix_debug_info[m]
+                broken.matrix_debug_info[m] = replace(d, cindexes=list(d.cindexes)[:-1])
+            yield broken
+            continue
+        yield replace(comp, commands=commands)
+
+
+def test_some_seed_has_compression() -> None:
+    """(So that the checker test below covers the compression checks.)"""
+    found = False
+    for seed in _SEEDS:
+        nnet, request, comp = _case(seed)
+        out = optimize(OptimizeOptions(memory_compression_level=2), nnet, request, comp)
+        found |= any(c.command_type is T.COMPRESS_MATRIX for c in out.commands)
+    assert found
+
+
+@pytest.mark.parametrize("seed", _SEEDS)
+def test_checker_shortcuts_agree_with_loops(seed: str, monkeypatch) -> None:
+    nnet, request, comp = _case(seed)
+    out = optimize(OptimizeOptions(), nnet, request, comp)
+    # (level 2 compresses every matrix kept for the backward pass)
+    compressed = optimize(OptimizeOptions(memory_compression_level=2), nnet, request, comp)
+    rng = np.random.default_rng(int(seed))
+    cases = [(c, rewrite) for base, rewrite in ((comp, True), (out, False), (compressed, False))
+             for c in [base, *_mutations(base, rng, 60)]]
+    # (the shortcuts also for computations small enough to skip them)
+    monkeypatch.setattr(check_indexes_module, "_LOOP_BELOW", 0)
+    monkeypatch.setattr(check_module, "_ARRAYS_FROM", 0)
+    fast = [_verdict(nnet, c, rewrite) for c, rewrite in cases]
+    monkeypatch.undo()
+    _slow_checker(monkeypatch)
+    slow = [_verdict(nnet, c, rewrite) for c, rewrite in cases]
+    assert fast[0] is None and fast[61] is None and fast[122] is None  # unbroken ones pass
+    assert sum(v is not None for v in slow) > 50      # most mutations are caught
+    assert fast == slow
+
+
+# -- row ops -------------------------------------------------------------------------
+
+def _random_index_tables(rng: np.random.Generator, count: int) -> list[np.ndarray]:
+    out = []
+    for _ in range(count):
+        n = int(rng.integers(1, 12))
+        kind = int(rng.integers(0, 4))
+        if kind == 0:       # -1s, a consecutive run, -1s
+            a = np.full(n, -1)
+            lo = int(rng.integers(0, n))
+            hi = int(rng.integers(lo + 1, n + 1))
+            a[lo:hi] = int(rng.integers(0, 20)) + np.arange(hi - lo)
+        elif kind == 1:
+            a = rng.integers(-1, 6, n)
+        elif kind == 2:
+            a = np.full(n, -1)
+        else:
+            a = int(rng.integers(0, 5)) + np.arange(n)
+            a[int(rng.integers(0, n))] = int(rng.integers(-1, 10))
+        out.append(a.astype(np.int32))
+    return out
+
+
+def test_special_structures_match_per_table() -> None:
+    arrays = _random_index_tables(np.random.default_rng(3), 400)
+    assert _special_structures(arrays) == [indexes_have_special_structure(a) for a in arrays]
+
+
+def test_leading_trailing_all_match_per_table() -> None:
+    arrays = _random_index_tables(np.random.default_rng(4), 400)
+    expected = []
+    for a in arrays:
+        try:
+            expected.append(_leading_trailing(a < 0))
+        except PynnetError:
+            expected.append(None)
+    assert _leading_trailing_all(arrays) == expected
+
+
+# -- the pipeline and the array form ---------------------------------------------------------
+
+@pytest.mark.parametrize("seed", _SEEDS)
+def test_pipeline_same_with_and_without_hook(seed: str) -> None:
+    nnet, request, comp = _case(seed)
+    names = []
+    hooked = optimize(OptimizeOptions(), nnet, request, comp,
+                      after_each_pass=lambda name, c: names.append(name))
+    plain = optimize(OptimizeOptions(), nnet, request, comp)
+    assert "variable_merging_optimization" in names
+    assert plain.print(nnet.component_names, nnet.node_names) == \
+        hooked.print(nnet.component_names, nnet.node_names)
+    assert plain.commands == hooked.commands and plain.submatrices == hooked.submatrices
+    assert [(m.num_rows, m.num_cols, m.stride_type) for m in plain.matrices] == \
+        [(m.num_rows, m.num_cols, m.stride_type) for m in hooked.matrices]
+
+
+@pytest.mark.parametrize("seed", _SEEDS[:2])
+def test_computation_arrays_round_trip(seed: str) -> None:
+    _, _, comp = _case(seed)
+    copy = copy_computation(comp)
+    arrays = ComputationArrays(copy)
+    arrays.write_back(copy)
+    assert all(a is b for a, b in zip(copy.commands, comp.commands))
+    assert all(a is b for a, b in zip(copy.submatrices, comp.submatrices))
+    # The tables the write-back leaves are the ones built from the records.
+    from pynnet3.compile.computation import command_table, submatrix_table
+
+    assert np.array_equal(copy.command_table(), command_table(copy.commands))
+    assert np.array_equal(copy.submatrix_table(), submatrix_table(copy.submatrices))
+    # A changed row gets a new record; a no-op row the NoOperation record.
+    arrays = ComputationArrays(copy)
+    arrays.set_no_op(0)
+    arrays.table[1, 1] = arrays.table[1, 1]          # unchanged
+    arrays.write_back(copy)
+    assert copy.commands[0] == Command(T.NO_OPERATION)
+    assert copy.commands[1] is comp.commands[1]
+    assert np.array_equal(copy.command_table(), command_table(copy.commands))
+
+
+@pytest.mark.parametrize("seed", _SEEDS[:3])
+def test_whole_submatrices_matches_computation_method(seed: str) -> None:
+    from pynnet3.optimize.renumber import whole_submatrices
+
+    nnet, request, comp = _case(seed)
+    for c in (comp, optimize(OptimizeOptions(), nnet, request, comp)):
+        extra = copy_computation(c)
+        # (a duplicate whole submatrix and a part: the first whole one counts)
+        extra.new_submatrix(1, 0, -1, 0, -1)
+        extra.new_submatrix(1, 0, 1, 0, -1)
+        for x in (c, extra):
+            assert whole_submatrices(x) == x.whole_submatrices()
+
+
+def test_insert_commands_matches_definition() -> None:
+    from pynnet3.optimize.renumber import insert_commands
+
+    rng = np.random.default_rng(5)
+    for _ in range(50):
+        comp = NnetComputation()
+        n = int(rng.integers(0, 8))
+        comp.commands = [Command(T.NO_OPERATION_PERMANENT, float(i)) for i in range(n)]
+        new = [(int(rng.integers(0, n + 1)), Command(T.NO_OPERATION_MARKER, float(100 + j)))
+               for j in range(int(rng.integers(1, 6)))]
+        expected = []
+        for c in range(n + 1):
+            expected += [cmd for pos, cmd in new if pos == c]
+            if c < n:
+                expected.append(comp.commands[c])
+        insert_commands(new, comp)
+        assert [c.alpha for c in comp.commands] == [c.alpha for c in expected]
+
+
+@pytest.mark.parametrize("seed", _SEEDS)
+@pytest.mark.parametrize("options", [OptimizeOptions(), OptimizeOptions(allow_left_merge=False),
+                                     OptimizeOptions(allow_right_merge=False),
+                                     OptimizeOptions(remove_assignments=False)])
+def test_round_verdicts_match_may_be_merged(seed: str, options: OptimizeOptions) -> None:
+    """At the start of a round the array verdicts are may_be_merged's, for
+    every round of the merging (each round's start state checked)."""
+    from pynnet3.nnet.components.base import Prop
+
+    nnet, request, comp = _case(seed)
+    states: dict[str, NnetComputation] = {}
+    optimize(options, nnet, request, comp,
+             after_each_pass=lambda name, c: states.setdefault(name, copy_computation(c)))
+    current = copy_computation(states.get("extend_matrices")
+                               or states["convert_addition_to_assignment"])
+    props = [int(c.properties()) for c in nnet.components]
+    rounds = 0
+    while True:
+        opt = VariableMergingOptimizer(options, nnet, current)
+        expected = []
+        for c, cmd in enumerate(current.commands):
+            t = cmd.command_type
+            s1 = s2 = -1
+            if t is T.MATRIX_COPY and options.remove_assignments:
+                s2, s1 = cmd.arg1, cmd.arg2
+            elif t is T.PROPAGATE and options.propagate_in_place \
+                    and props[cmd.arg1] & Prop.PROPAGATE_IN_PLACE:
+                s1, s2 = cmd.arg3, cmd.arg4
+            elif t in (T.BACKPROP, T.BACKPROP_NO_MODEL_UPDATE) and options.backprop_in_place \
+                    and props[cmd.arg1] & Prop.BACKPROP_IN_PLACE \
+                    and not {cmd.arg5, cmd.arg6} & {cmd.arg3, cmd.arg4}:
+                s1, s2 = cmd.arg5, cmd.arg6
+            if s1 > 0 and s2 > 0:
+                left, right = opt.may_be_merged(c, s1, s2)
+                if left or right:
+                    expected.append((c, s1, s2, left))
+        assert opt._verdicts() == expected
+        rounds += 1
+        if not opt.merge_variables():
+            break
+    if options == OptimizeOptions():
+        assert rounds >= 2          # (merges happened: later rounds were checked too)
+
+
+def test_debug_info_check_on_unexpanded_n_tilings(monkeypatch) -> None:
+    """A debug-info list laid out regularly in n is checked on its first
+    copy without being expanded, with the loop's verdict."""
+    from pynnet3.compile.computation import MatrixDebugInfo
+    from pynnet3.nnet.index_lists import CindexList, NTiling
+
+    nnet, request, comp = _case("009")
+    out = optimize(OptimizeOptions(), nnet, request, comp)
+
+    def tiled(computation: NnetComputation, n0: int) -> NnetComputation:
+        c = copy_computation(computation)
+        m = 1
+        rows = c.matrices[m].num_rows
+        # (two copies in n of a first copy of rows/2 rows, if rows is even)
+        if rows % 2:
+            c.matrices[m].num_rows = rows = rows + 1
+            c.submatrices[1] = replace(c.submatrices[1], num_rows=rows)
+        base = np.zeros((rows // 2, 4), dtype=np.int32)
+        base[:, 1] = n0
+        base[:, 2] = np.arange(rows // 2)
+        c.matrix_debug_info[m] = MatrixDebugInfo(
+            False, CindexList.from_tiling(NTiling(base, 2, rows // 2, 1)))
+        return c
+
+    from pynnet3.errors import ComputationCheckError
+
+    for n0 in (0, -1):
+        c = tiled(out, n0)
+        fast = ComputationChecker(None, nnet, c)._debug_info_ok(c.matrix_debug_info)
+        assert not c.matrix_debug_info[1].cindexes.is_built   # not expanded
+        assert fast == (n0 >= 0)
+        # The loop (which expands the list) agrees.
+        monkeypatch.setattr(ComputationChecker, "_debug_info_ok", lambda self, info: False)
+        checker = ComputationChecker(None, nnet, c)
+        if n0 >= 0:
+            checker.check_computation_debug_info()
+        else:
+            with pytest.raises(ComputationCheckError, match="negative n"):
+                checker.check_computation_debug_info()
+        monkeypatch.undo()
