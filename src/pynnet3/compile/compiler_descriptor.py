@@ -21,7 +21,8 @@ from ..nnet import descriptor as d
 from ..nnet.index import K_NO_TIME, Index
 from .compile_utils import (PairLists, _as_split, _split_locations_backward_small,
                             _split_locations_small, _use_lists,
-                            convert_to_indexes, has_contiguous_property,
+                            convert_to_indexes, ensure_contiguous_property,
+                            has_contiguous_property,
                             split_locations, split_locations_backward)
 from .computation import Command, CommandType, NnetComputation
 from .graph_types import CindexSet, ComputationGraph
@@ -346,6 +347,22 @@ def compile_forward_from_submat_locations(computation: NnetComputation, value_su
     computation.commands.append(Command(CommandType.ADD_ROWS_MULTI, alpha, value_submatrix, k))
 
 
+def _single_source_rows(lists: PairLists) -> tuple[int, np.ndarray] | None:
+    """(source, row of each output row) when every row has exactly one pair
+    and all pairs share their first member -- the usual descriptor part: the
+    split lists are then just that one list."""
+    pairs = lists.pairs
+    num = pairs.shape[0]
+    if num == 0 or num != lists.num_rows or int(lists.lengths().max()) != 1:
+        return None
+    first = pairs[:, 0]
+    source = int(first[0])
+    if source < 0 or not (first == source).all():
+        return None
+    return source, pairs[:, 1].astype(np.int32)
+
+
+
 def compile_forward_from_step_locations(computation: NnetComputation, value_submatrix: int,
                                         alpha: float, step_lists: PairLists,
                                         step_value: np.ndarray,
@@ -368,6 +385,10 @@ def compile_forward_from_submat_locations_list(computation: NnetComputation,
     if _use_lists(submat_lists):
         for split in _split_locations_small(submat_lists.to_lists()):
             _compile_forward_small(computation, value_submatrix, alpha, split)
+        return
+    single = _single_source_rows(submat_lists)
+    if single is not None:
+        compile_forward_from_indexes(computation, value_submatrix, single[0], alpha, single[1])
         return
     for split in split_locations(submat_lists):
         compile_forward_from_submat_locations(computation, value_submatrix, alpha, split)
@@ -461,6 +482,11 @@ def compile_backward_from_submat_locations(computation: NnetComputation, deriv_s
 def compile_backward_from_submat_locations_list(computation: NnetComputation,
                                                 deriv_submatrix: int, alpha: float,
                                                 submat_lists: PairLists) -> None:
+    single = _single_source_rows(submat_lists)
+    if single is not None and len(ensure_contiguous_property(single[1])) == 1:
+        # (What split_locations_backward leaves of it: the one list, whole.)
+        compile_backward_from_indexes(computation, deriv_submatrix, single[0], alpha, single[1])
+        return
     for split in split_locations_backward(submat_lists):
         compile_backward_from_submat_locations(computation, deriv_submatrix, alpha, split)
 
@@ -479,7 +505,10 @@ def compile_backward_from_step_locations(computation: NnetComputation, deriv_sub
             _compile_backward_small(computation, deriv_submatrix, alpha, split)
         return
     mapped = step_lists.map_first(step_deriv)
-    mapped = mapped.select(mapped.pairs[:, 0] > 0) if mapped.pairs.shape[0] else mapped
+    if mapped.pairs.shape[0]:
+        keep = mapped.pairs[:, 0] > 0
+        if not keep.all():
+            mapped = mapped.select(keep)
     compile_backward_from_submat_locations_list(computation, deriv_submatrix, alpha, mapped)
 
 
