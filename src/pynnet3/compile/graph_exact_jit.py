@@ -50,6 +50,7 @@ import numpy as np
 from numba import njit
 
 from ..nnet.index import K_NO_TIME
+from .graph_bulk_jit import _grow
 from .graph_plan import (F_COMP_OFFSET, F_NODE, F_OFFSET, F_ROUND, F_SET_T, F_SET_X, MAX_TERMS,
                          NK_COMPONENT, NK_DESCRIPTOR, NK_DIM_RANGE, NK_INPUT, P_AND, P_CONST,
                          P_IFDEF, P_TERM, JitPlan)
@@ -76,16 +77,6 @@ _UNKNOWN, _COMPUTABLE, _NOT_COMPUTABLE = 0, 1, 2
 
 
 # -- compiled helpers --------------------------------------------------------------------
-
-@njit(cache=True, nogil=True)
-def _grow(a, need):
-    if need <= a.shape[0]:
-        return a
-    size = max(need, 2 * a.shape[0] + 16)
-    b = np.empty(size, dtype=a.dtype)
-    b[:a.shape[0]] = a
-    return b
-
 
 @njit(cache=True, nogil=True)
 def _grow_rows(a, need):

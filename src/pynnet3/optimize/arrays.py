@@ -67,6 +67,14 @@ def rows_with_type(types: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return np.flatnonzero(mask[types])
 
 
+def computation_and_arrays(computation: "NnetComputation | ComputationArrays"
+                           ) -> tuple["NnetComputation | None", "ComputationArrays"]:
+    """(the computation or None, its array form) for a pass that accepts either."""
+    if isinstance(computation, ComputationArrays):
+        return None, computation
+    return computation, ComputationArrays(computation)
+
+
 class ComputationArrays:
     """Writable array form of a computation's commands and submatrices (see
     the module docstring).  Matrices, debug info and index tables stay

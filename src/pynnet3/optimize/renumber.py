@@ -22,7 +22,7 @@ import numpy as np
 from ..compile.computation import ARG_ROLES, Command, CommandType, NnetComputation, Role
 from ..errors import ComputationCheckError
 from .analyze import Analyzer
-from .arrays import ComputationArrays, rows_with_type, type_mask
+from .arrays import ComputationArrays, computation_and_arrays, rows_with_type, type_mask
 
 __all__ = ["renumber_computation", "remove_no_ops", "identify_submatrix_args",
            "identify_indexes_args", "identify_indexes_multi_args", "identify_indexes_ranges_args",
@@ -155,12 +155,8 @@ class ComputationRenumberer:
     """
 
     def __init__(self, computation: NnetComputation | ComputationArrays) -> None:
-        if isinstance(computation, ComputationArrays):
-            self.computation: NnetComputation | None = None
-            self.arrays = computation
-        else:
-            self.computation = computation
-            self.arrays = ComputationArrays(computation)
+        self.computation: NnetComputation | None
+        self.computation, self.arrays = computation_and_arrays(computation)
         self.submatrix_is_used = np.zeros(0, dtype=bool)
         self.submatrix_is_kept = np.zeros(0, dtype=bool)
         self.matrix_is_used = np.zeros(0, dtype=bool)

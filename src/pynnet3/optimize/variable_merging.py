@@ -62,7 +62,7 @@ from .analyze import Analyzer, ComputationVariables
 from .analyze_jit import access_summary_arrays
 from .analyze_records import (_BadArgument, _matrix_lifetimes, access_records_from_table,
                               properties_array)
-from .arrays import ComputationArrays
+from .arrays import ComputationArrays, computation_and_arrays
 from .renumber import renumber_arrays
 
 if TYPE_CHECKING:
@@ -159,12 +159,8 @@ class VariableMergingOptimizer:
                  cache: dict[Any, Any] | None = None) -> None:
         self.config = config
         self.nnet = nnet
-        if isinstance(computation, ComputationArrays):
-            self.computation: NnetComputation | None = None
-            self.arrays = computation
-        else:
-            self.computation = computation
-            self.arrays = ComputationArrays(computation)
+        self.computation: NnetComputation | None
+        self.computation, self.arrays = computation_and_arrays(computation)
         st = self.arrays
         try:
             self.analysis = _RoundAnalysis(nnet, st, cache if cache is not None else {})
