@@ -59,6 +59,7 @@ from ..nnet.graph import graph_has_cycles, nnet_to_directed_graph
 from ..nnet.index import K_NO_TIME, Index
 from ..nnet.nnet import NodeType
 from .graph_bulk_index import CindexIndex
+from . import graph_bulk_jit as _jit
 from .graph_bulk_jit import closure
 from .graph_types import GraphArrays
 from .request import ComputationRequest
@@ -163,6 +164,9 @@ def _forwarding_term(f: d.ForwardingDescriptor) -> tuple[Term, Offset | None]:
 # (a component's offsets: out of range means "not the fast path"), round t
 # down to a multiple, replace t, replace x.
 OP_ADD, OP_ADD_NOWRAP, OP_ROUND_T, OP_SET_T, OP_SET_X = 0, 1, 2, 3, 4
+if (OP_ADD, OP_ADD_NOWRAP, OP_ROUND_T, OP_SET_T, OP_SET_X) != (
+        _jit._ADD, _jit._ADD_NOWRAP, _jit._ROUND_T, _jit._SET_T, _jit._SET_X):
+    raise ImportError("graph_bulk and graph_bulk_jit disagree on the op codes")
 Program = tuple[int, list[tuple[int, int, int, int]]]   # (src node, ops)
 
 
