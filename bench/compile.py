@@ -23,6 +23,11 @@ Usage:  python bench/compile.py [final.mdl] [--runs 3] [--max-seconds 20]
             [--no-configs] [--only NAME] [--skip NAME] [--no-shortcut-off] [--hits-only]
             [--random]
 
+Note: the x-vector config's 64-sequence request without the shortcut
+(statistics pooled over up to 10,000 frames for each of 150 outputs per
+sequence, built cindex by cindex) needs more memory than a 24 GB machine
+has; use ``--no-shortcut-off`` or ``--skip xvector`` there.
+
 With ``--random`` it instead times each ``reference/random/NNN`` network on the
 request Kaldi compiled (shortcut on, fresh compiler per run) against the
 ``compile_optimize_ms`` Kaldi wrote in its ``stats.txt``, and prints the ratio
