@@ -21,8 +21,8 @@ from pynnet3.compile.request import ComputationRequest, IoSpecification
 from pynnet3.errors import PynnetError
 from pynnet3.nnet.index import K_NO_TIME, Index
 from pynnet3.nnet.nnet import Nnet
-from tests.compile.test_graph_builder import _TDNN, _parse_kaldi_request, _tdnnf_config
-from tests.compile.test_graph_bulk import _MIXED, _frames
+from tests.compile.test_graph_builder import _TDNN, _tdnnf_config
+from tests.compile.test_graph_bulk import _MIXED, _frames, reference_random_cases
 from tests.conftest import reference_dir
 
 
@@ -227,21 +227,9 @@ def test_multi_segment_after_compiled_first_segment():
 
 def test_kaldi_random_requests():
     """Kaldi's own test networks and requests: every recurrent one compiled."""
-    ref = reference_dir()
     compared = compiled = 0
-    for d in sorted((ref / "random").iterdir()):
-        if not (d / "request.kaldi-text").is_file():
-            continue
-        nnet = Nnet()
-        try:
-            for cfg in sorted(d.glob("config*.txt"), key=lambda p: int(p.stem[6:])):
-                nnet.read_config(cfg.read_text(), str(cfg))
-        except PynnetError as e:
-            if "unknown component type" in str(e):
-                continue
-            raise
-        request = _parse_kaldi_request((d / "request.kaldi-text").read_text())
-        compiled += _assert_same(nnet, request, d.name)
+    for name, nnet, request in reference_random_cases():
+        compiled += _assert_same(nnet, request, name)
         compared += 1
     assert compared >= 50
     assert compiled >= 15

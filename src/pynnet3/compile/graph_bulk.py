@@ -645,17 +645,8 @@ def _build(plan: BulkPlan, nnet: "Nnet", request: ComputationRequest) -> BulkGra
     index = None
     fast = closure(plan, init, num_in, _MAX_LEVELS)
     if fast is not None:
-        node, n, t, x, counts, flat, level_sizes = fast
-        num = len(node)
-        offsets = np.zeros(num + 1, dtype=_I64)
-        np.cumsum(counts, out=offsets[1:])
+        *columns, counts, flat, level_sizes = fast
         sizes = level_sizes.tolist()
-        arrays = GraphArrays(
-            node=node.astype(np.int32), n=n.astype(np.int32), t=t.astype(np.int32),
-            x=x.astype(np.int32),
-            is_input=np.concatenate([np.ones(num_in, dtype=bool),
-                                     np.zeros(num - num_in, dtype=bool)]),
-            dep_offsets=offsets, dep_flat=flat.astype(np.int32))
     else:
         builder = _Builder(plan, request.misc_info)
         if not builder.index.add_initial(*init):
@@ -669,20 +660,21 @@ def _build(plan: BulkPlan, nnet: "Nnet", request: ComputationRequest) -> BulkGra
                 return None
             # Levels are consecutive ranges of cindex_ids, so the dependencies
             # come out in cindex_id order.
-            level, counts, flat = builder.expand(*level)
-            dep_counts.append(counts)
-            dep_flats.append(flat)
+            level, level_counts, level_flat = builder.expand(*level)
+            dep_counts.append(level_counts)
+            dep_flats.append(level_flat)
             sizes.append(len(level[0]))
-        num = builder.index.count
-        offsets = np.zeros(num + 1, dtype=_I64)
-        np.cumsum(np.concatenate(dep_counts), out=offsets[1:])
-        node, n, t, x = builder.index.columns()
-        arrays = GraphArrays(
-            node=node, n=n, t=t, x=x,
-            is_input=np.concatenate([np.ones(num_in, dtype=bool),
-                                     np.zeros(num - num_in, dtype=bool)]),
-            dep_offsets=offsets, dep_flat=np.concatenate(dep_flats).astype(np.int32))
+        columns = list(builder.index.columns())
+        counts, flat = np.concatenate(dep_counts), np.concatenate(dep_flats)
         index = builder.index
+    node, n, t, x = (c.astype(np.int32, copy=False) for c in columns)
+    num = len(node)
+    offsets = np.zeros(num + 1, dtype=_I64)
+    np.cumsum(counts, out=offsets[1:])
+    arrays = GraphArrays(
+        node=node, n=n, t=t, x=x,
+        is_input=np.concatenate([np.ones(num_in, dtype=bool), np.zeros(num - num_in, dtype=bool)]),
+        dep_offsets=offsets, dep_flat=flat.astype(np.int32))
     # Expansion order: level by level, each level from its last cindex_id.
     rank = np.full(num, -1, dtype=_I64)
     bounds = np.cumsum(sizes).tolist()

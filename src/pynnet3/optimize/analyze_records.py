@@ -511,6 +511,12 @@ def _matrix_lifetimes_loop(nnet: Any, computation: NnetComputation,
             raise command_error(computation, nnet, c, "command does not operate on a whole matrix")
         return subs[s].matrix_index
 
+    def destroyed_by(c: int, m: int) -> None:
+        if ans[m].deallocate_command != -1:
+            raise command_error(computation, nnet, c, f"matrix m{m} is destroyed twice "
+                                f"(first by c{ans[m].deallocate_command})")
+        ans[m].deallocate_command = c
+
     T = CommandType
     interesting = rows_with_type(table[:, 0], _LIFETIME_TYPES)
     rows = table[interesting]
@@ -523,17 +529,9 @@ def _matrix_lifetimes_loop(nnet: Any, computation: NnetComputation,
                                     f"(first by c{ans[m].allocate_command})")
             ans[m].allocate_command = c
             if t == T.SWAP_MATRIX:
-                m2 = whole_matrix(c, arg2)
-                if ans[m2].deallocate_command != -1:
-                    raise command_error(computation, nnet, c, f"matrix m{m2} is destroyed twice "
-                                        f"(first by c{ans[m2].deallocate_command})")
-                ans[m2].deallocate_command = c
+                destroyed_by(c, whole_matrix(c, arg2))
         elif t == T.DEALLOC_MATRIX:
-            m = whole_matrix(c, arg1)
-            if ans[m].deallocate_command != -1:
-                raise command_error(computation, nnet, c, f"matrix m{m} is destroyed twice "
-                                    f"(first by c{ans[m].deallocate_command})")
-            ans[m].deallocate_command = c
+            destroyed_by(c, whole_matrix(c, arg1))
         elif t == T.ACCEPT_INPUT:
             m = whole_matrix(c, arg1)
             ans[m].is_input = True
