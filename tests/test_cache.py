@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import pynnet3.cache as cache_mod
-from pynnet3 import kaldi_io
+from pynnet3.io import kaldi_io
 from pynnet3.cache import (CachingCompiler, CachingCompilerOptions, atomic_write,
                            default_cache_dir, nnet_structure_text, optimize, optimizer_available)
 from pynnet3.compile.computation import (Command, CommandType, MatrixDebugInfo, NnetComputation,

@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from .kaldi_io import atomic_write
+from .io.kaldi_io import atomic_write
 from . import __version__, log
 from .compile.computation import CommandType, NnetComputation
 from .compile.computation_io import computation_to_bytes

@@ -12,7 +12,7 @@ from pynnet3.compile.request_io import (build_request, parse_printed_indexes,
                                         read_request_file, request_bytes, request_from_bytes,
                                         write_index_vector, write_request, write_request_file)
 from pynnet3.errors import FormatError, PynnetError
-from pynnet3.kaldi_io import KaldiReader, KaldiWriter
+from pynnet3.io.kaldi_io import KaldiReader, KaldiWriter
 from pynnet3.nnet.index import K_NO_TIME, Index
 from pynnet3.nnet.nnet import Nnet
 from tests.conftest import reference_dir

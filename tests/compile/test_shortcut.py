@@ -514,8 +514,7 @@ def _kaldi_expanded_cases() -> list[Path]:
 def test_expand_reproduces_kaldi_expansion(case: Path) -> None:
     """Kaldi printed computation (optimized, then expanded by Kaldi's shortcut):
     contracting it to n in {0, 1} and expanding with pynnet3 gives it back."""
-    from pynnet3.compile.kaldi_print_parser import (UnparseableComputation,
-                                                    parse_kaldi_computation)
+    from pynnet3.testing.kaldi_print_parser import UnparseableComputation, parse_kaldi_computation
     from pynnet3.compile.request_io import parse_printed_request
     from pynnet3.nnet.model_io import read_nnet
 

@@ -26,7 +26,7 @@ import pytest
 
 from pynnet3.compile.computation import (Command, CommandType, CompressedMatrixType,
                                          MatrixDebugInfo, NnetComputation, print_integer_vector)
-from pynnet3.compile.kaldi_print_parser import (UnparseableComputation, parse_indexes,
+from pynnet3.testing.kaldi_print_parser import (UnparseableComputation, parse_indexes,
                                                 parse_integer_vector, parse_kaldi_computation,
                                                 parse_kaldi_computation_file)
 from pynnet3.compute import NnetComputeOptions, NnetComputer

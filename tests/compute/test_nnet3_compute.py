@@ -161,7 +161,7 @@ def test_ivector_errors(tiny: Nnet) -> None:
 
 def test_read_model_with_priors(tmp_path: Path) -> None:
     """--use-priors reads an .mdl; its priors are the ones written."""
-    from pynnet3.kaldi_io import KaldiReader
+    from pynnet3.io.kaldi_io import KaldiReader
     from pynnet3.nnet.am_nnet import AmNnetSimple, write_mdl
     from pynnet3.nnet.transition_model import TransitionModel
 

@@ -15,7 +15,7 @@ import re
 import numpy as np
 import pytest
 
-from pynnet3.kaldi_io import KaldiReader
+from pynnet3.io.kaldi_io import KaldiReader
 from pynnet3.nnet.collapse import CollapseModelConfig, collapse_model
 from pynnet3.nnet.components.base import new_component_of_type
 from pynnet3.nnet.descriptor import (BinarySumDescriptor, OffsetForwardingDescriptor,

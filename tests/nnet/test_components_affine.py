@@ -12,7 +12,7 @@ import pytest
 
 from pynnet3 import log
 from pynnet3.errors import ConfigError, FormatError
-from pynnet3.kaldi_io import KaldiReader, KaldiWriter
+from pynnet3.io.kaldi_io import KaldiReader, KaldiWriter
 from pynnet3.nnet.components.affine import (AffineComponent, BlockAffineComponent,
                                             FixedAffineComponent, LinearComponent,
                                             NaturalGradientAffineComponent,

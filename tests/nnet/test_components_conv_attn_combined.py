@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from pynnet3.errors import ConfigError, FormatError
-from pynnet3.kaldi_io import KaldiReader, KaldiWriter
+from pynnet3.io.kaldi_io import KaldiReader, KaldiWriter
 from pynnet3.nnet.components.attention import RestrictedAttentionComponent
 from pynnet3.nnet.components.base import (Prop, new_component_of_type, read_component,
                                           set_random_seed)

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from pynnet3.errors import ConfigError
-from pynnet3.kaldi_io import KaldiReader, KaldiWriter
+from pynnet3.io.kaldi_io import KaldiReader, KaldiWriter
 from pynnet3.nnet.components import base
 from pynnet3.nnet.components.base import Prop, new_component_of_type, read_component
 from pynnet3.nnet.components import simple

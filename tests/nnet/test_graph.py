@@ -256,7 +256,7 @@ def _nnet_from_file(path: Path) -> Nnet:
 
 
 def test_context_of_binary_model():
-    from pynnet3.kaldi_io import open_kaldi_object
+    from pynnet3.io.kaldi_io import open_kaldi_object
 
     d = REF / "random" / "003"
     if not (d / "final.raw").is_file():

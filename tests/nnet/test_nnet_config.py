@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from pynnet3.errors import ConfigError
-from pynnet3.kaldi_io import KaldiReader
+from pynnet3.io.kaldi_io import KaldiReader
 from pynnet3.nnet.config_line import ConfigLine
 from pynnet3.nnet.model_io import nnet_bytes
 from pynnet3.nnet.nnet import Nnet, NodeType, ObjectiveType

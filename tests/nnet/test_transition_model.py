@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from pynnet3.errors import FormatError
-from pynnet3.kaldi_io import KaldiReader, KaldiWriter
+from pynnet3.io.kaldi_io import KaldiReader, KaldiWriter
 from pynnet3.nnet import am_nnet
 from pynnet3.nnet.am_nnet import AmNnetSimple, mdl_bytes, read_mdl, write_mdl
 from pynnet3.nnet.transition_model import HmmTopology, TransitionModel, TransitionTuple
@@ -402,7 +402,7 @@ def test_am_info_with_real_nnet(vosk_bytes):
 
 def test_am_nnet_with_real_small_nnet(tmp_path):
     Nnet = _real_nnet_class()
-    from pynnet3.kaldi_io import open_kaldi_object
+    from pynnet3.io.kaldi_io import open_kaldi_object
 
     ref_dir = "/work/shared/reference/random/008"
     if not os.path.exists(ref_dir):

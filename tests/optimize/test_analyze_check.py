@@ -443,7 +443,7 @@ def _stats(d: Path) -> dict[str, str]:
 def _parse_kaldi(d: Path, nnet):
     """Kaldi's optimized computation of a random net, or None if Kaldi's
     printer truncated something the parser needs."""
-    parser = pytest.importorskip("pynnet3.compile.kaldi_print_parser")
+    parser = pytest.importorskip("pynnet3.testing.kaldi_print_parser")
     stats = _stats(d)
     try:
         comp = parser.parse_kaldi_computation_file(
@@ -599,7 +599,7 @@ def test_checker_catches_deletions_in_kaldi_computations():
 def test_vosk_kaldi_computations(vosk_mdl):
     """The vosk TDNN-F computations Kaldi printed (optimized, with and
     without derivatives) pass the checker."""
-    parser = pytest.importorskip("pynnet3.compile.kaldi_print_parser")
+    parser = pytest.importorskip("pynnet3.testing.kaldi_print_parser")
     from pynnet3.nnet.am_nnet import read_mdl
     from tests.conftest import reference_dir
 

@@ -169,7 +169,7 @@ def test_nnet_parameters_are_identical() -> None:
 def test_simple_training_example_round_trips() -> None:
     """Kaldi's nnet-example-test pattern: generate, write, read back,
     compare with ExampleApproxEqual."""
-    from pynnet3.kaldi_io import KaldiReader
+    from pynnet3.io.kaldi_io import KaldiReader
     from pynnet3.train.egs import NnetExample
 
     rng = np.random.default_rng(4)

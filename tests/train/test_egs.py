@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pynnet3.kaldi_io import KaldiReader, KaldiWriter
+from pynnet3.io.kaldi_io import KaldiReader, KaldiWriter
 from pynnet3.train.egs import (EXAMPLE_HOLDER, NnetExample, NnetIo, iter_examples,
                                read_index_vector, structure_hash, write_index_vector)
 from pynnet3.train.egs_merge import (ExampleMerger, ExampleMergingConfig, IntSet,
@@ -24,12 +24,12 @@ from pynnet3.train.egs_merge import (ExampleMerger, ExampleMergingConfig, IntSet
 from pynnet3.train.egs_split import ExampleGenerationConfig, UtteranceSplitter
 from pynnet3.train.egs_tools import (CopyEgsOptions, GetEgsOptions, copy_egs, get_egs,
                                      merge_egs, shuffle_egs)
-from pynnet3.train.general_matrix import (CompressedMatrix, CompressionMethod, GeneralMatrix,
-                                          MatrixType, SparseMatrix, extract_row_range_with_padding)
+from pynnet3.io.general_matrix import (CompressedMatrix, CompressionMethod, GeneralMatrix,
+                                       MatrixType, SparseMatrix, extract_row_range_with_padding)
 from pynnet3.train.kaldi_random import MT19937, GlibcRand, std_shuffle
-from pynnet3.train.posterior import POSTERIOR_HOLDER
-from pynnet3.train.table import (GENERAL_MATRIX_HOLDER, MATRIX_HOLDER, RandomAccessTableReader,
-                                 SequentialTableReader, TableWriter)
+from pynnet3.io.posterior import POSTERIOR_HOLDER
+from pynnet3.io.table import (GENERAL_MATRIX_HOLDER, MATRIX_HOLDER, RandomAccessTableReader,
+                              SequentialTableReader, TableWriter)
 from tests.conftest import reference_dir
 
 CASES = ["affine_xent", "ngaffine_bn", "quadratic", "momentum_l2"]
@@ -244,7 +244,7 @@ def test_scp_and_pipes(tmp_path: Path) -> None:
 
 
 def test_streaming_in_small_blocks(tmp_path: Path, monkeypatch) -> None:
-    from pynnet3.train import table
+    from pynnet3.io import table
 
     monkeypatch.setattr(table.ObjectStream, "BLOCK", 97)   # objects straddle every block
     d = case_dir("quadratic")

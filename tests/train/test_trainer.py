@@ -17,7 +17,7 @@ from pynnet3.nnet.nnet import ObjectiveType
 from pynnet3.nnet.utils import set_batchnorm_test_mode
 from pynnet3.train.diagnostics import NnetComputeProb, NnetComputeProbOptions
 from pynnet3.train.egs import iter_examples
-from pynnet3.train.general_matrix import CompressedMatrix, GeneralMatrix, SparseMatrix
+from pynnet3.io.general_matrix import CompressedMatrix, GeneralMatrix, SparseMatrix
 from pynnet3.train.kaldi_random import GlibcRand
 from pynnet3.train.nnet_update import (MaxChangeStats, apply_l2_regularization,
                                        get_num_nvalues, update_nnet_with_max_change)

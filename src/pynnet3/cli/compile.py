@@ -76,7 +76,7 @@ def command(num_sequences: int, frames_per_chunk: int, extra_left_context: int,
     from ..cache import (CachingCompiler, CachingCompilerOptions, default_optimize_options,
                          optimizer_available)
     from ..compile.request_io import build_request, read_request_file
-    from ..kaldi_io import write_wxfilename
+    from ..io.kaldi_io import write_wxfilename
     from ..nnet.model_io import read_nnet
 
     nnet = read_nnet(args[0])

@@ -97,7 +97,7 @@ def command(args: tuple[str, ...], **kw: Any) -> None:
     from ..compute.decodable import NnetSimpleComputationOptions
     from ..compute.utterances import Nnet3ComputeConfig, nnet3_compute
     from ..optimize.options import options_from_click_kwargs
-    from ..train.table import classify_wspecifier
+    from ..io.table import classify_wspecifier
     from .progress import Progress
 
     opts = NnetSimpleComputationOptions(

@@ -60,7 +60,7 @@ def command(args: tuple[str, ...], **kw: Any) -> None:
     from ..errors import PynnetError
     from ..nnet.model_io import read_nnet, write_nnet
     from ..optimize.options import options_from_click_kwargs
-    from ..train.table import MATRIX_HOLDER, SequentialTableReader, TableWriter
+    from ..io.table import MATRIX_HOLDER, SequentialTableReader, TableWriter
 
     nnet_rxfilename, request_rxfilename, inputs_rspecifier, outputs_wspecifier = args
     optimize_options = options_from_click_kwargs(kw)

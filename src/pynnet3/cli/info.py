@@ -31,7 +31,7 @@ def command(args: tuple[str, ...]) -> None:
     check_num_args(args, (1, 2))
     from ..compile.computation import NnetComputation
     from ..errors import UsageError
-    from ..kaldi_io import read_rxfilename
+    from ..io.kaldi_io import read_rxfilename
     from ..nnet.model_io import nnet_from_bytes
 
     data = read_rxfilename(args[-1])

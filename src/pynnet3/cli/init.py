@@ -26,7 +26,7 @@ See also: nnet3-copy, nnet3-info"""
 def command(binary: bool, srand: int, args: tuple[str, ...]) -> None:
     check_num_args(args, (2, 3))
     from .. import log
-    from ..kaldi_io import read_rxfilename
+    from ..io.kaldi_io import read_rxfilename
     from ..nnet.components.base import set_random_seed
     from ..nnet.model_io import read_nnet, write_nnet
     from ..nnet.nnet import Nnet

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from ..errors import FormatError, PynnetError
-from ..kaldi_io import (BINARY_HEADER, KaldiReader, KaldiWriter, kaldi_object_bytes,
-                        read_rxfilename, write_wxfilename)
+from ..io.kaldi_io import (BINARY_HEADER, KaldiReader, KaldiWriter, kaldi_object_bytes,
+                           read_rxfilename, write_wxfilename)
 from ..nnet.index import Index
 from .request import ComputationRequest, IoSpecification
 

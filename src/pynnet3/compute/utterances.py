@@ -68,7 +68,7 @@ class MappedVectorReader:
     utterance, or by the utterance's speaker when an utt2spk table is given."""
 
     def __init__(self, vector_rspecifier: str, utt2spk_rspecifier: str = "") -> None:
-        from ..train.table import TOKEN_HOLDER, VECTOR_HOLDER, RandomAccessTableReader
+        from ..io.table import TOKEN_HOLDER, VECTOR_HOLDER, RandomAccessTableReader
 
         self.reader = RandomAccessTableReader(vector_rspecifier, VECTOR_HOLDER)
         self.utt2spk = (RandomAccessTableReader(utt2spk_rspecifier, TOKEN_HOLDER)
@@ -119,8 +119,8 @@ def nnet3_compute(config: Nnet3ComputeConfig, nnet_rxfilename: str, feature_rspe
                   ) -> Nnet3ComputeResult:
     """Kaldi's nnet3-compute main loop; see the module docstring."""
     from ..cache import CachingCompiler
-    from ..train.table import MATRIX_HOLDER, RandomAccessTableReader, SequentialTableReader, \
-        TableWriter
+    from ..io.table import (MATRIX_HOLDER, RandomAccessTableReader, SequentialTableReader,
+                            TableWriter)
 
     start = time.perf_counter()
     if config.online_ivector_rspecifier and config.ivector_rspecifier:

@@ -14,8 +14,8 @@ import numpy as np
 
 from .. import log as _logmod
 from ..errors import FormatError
-from ..kaldi_io import (KaldiReader, KaldiWriter, kaldi_object_bytes, open_kaldi_object,
-                        write_wxfilename)
+from ..io.kaldi_io import (KaldiReader, KaldiWriter, kaldi_object_bytes, open_kaldi_object,
+                           write_wxfilename)
 from .transition_model import TransitionModel
 
 if TYPE_CHECKING:

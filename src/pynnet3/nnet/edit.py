@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from ..kaldi_io import read_rxfilename
+from ..io.kaldi_io import read_rxfilename
 from .nnet import Nnet
 from .utils import (read_edit_config, scale_nnet, set_batchnorm_test_mode,
                     set_dropout_test_mode, set_learning_rate)

@@ -1,8 +1,8 @@
 """Reading and writing whole model files (``.raw`` and ``.mdl``), text or binary."""
 from __future__ import annotations
 
-from ..kaldi_io import (BINARY_HEADER, KaldiReader, KaldiWriter, kaldi_object_bytes,
-                        open_kaldi_object, write_wxfilename)
+from ..io.kaldi_io import (BINARY_HEADER, KaldiReader, KaldiWriter, kaldi_object_bytes,
+                           open_kaldi_object, write_wxfilename)
 from .nnet import Nnet
 
 

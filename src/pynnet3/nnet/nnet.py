@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from ..errors import ConfigError, FormatError
-from ..kaldi_io import KaldiReader, KaldiWriter
+from ..io.kaldi_io import KaldiReader, KaldiWriter
 from .components.base import Component, Prop, new_component_of_type, read_component
 from .config_line import ConfigLine, is_valid_name, parse_config_lines, read_config_lines
 from .descriptor import Descriptor, parse_descriptor

@@ -37,7 +37,7 @@ import numpy as np
 
 from .. import log as _logmod
 from ..errors import FormatError
-from ..kaldi_io import KaldiReader, KaldiWriter
+from ..io.kaldi_io import KaldiReader, KaldiWriter
 
 K_NO_PDF = -1
 

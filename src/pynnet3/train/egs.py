@@ -27,9 +27,9 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from ..errors import FormatError
-from ..kaldi_io import KaldiReader, KaldiWriter
+from ..io.kaldi_io import KaldiReader, KaldiWriter
 from ..nnet.index import Index
-from .general_matrix import GeneralMatrix, MatrixType, SparseMatrix
+from ..io.general_matrix import GeneralMatrix, MatrixType, SparseMatrix
 
 _WORD = re.compile(rb"\S+")
 _ESCAPE = 127
@@ -308,7 +308,7 @@ def structure_hash(eg: NnetExample) -> int:
 
 def iter_examples(rspecifier: str) -> Iterator[tuple[str, NnetExample]]:
     """(key, example) pairs of an egs rspecifier (``ark:...``, ``scp:...``)."""
-    from .table import SequentialTableReader
+    from ..io.table import SequentialTableReader
 
     with SequentialTableReader(rspecifier, EXAMPLE_HOLDER) as reader:
         yield from reader

@@ -26,7 +26,7 @@ from .. import log
 from ..errors import ConfigError, FormatError
 from ..std_order import StdUnorderedOrder
 from .egs import NnetExample, NnetIo, example_size, structure_hash
-from .general_matrix import append_general_matrix_rows
+from ..io.general_matrix import append_general_matrix_rows
 
 
 # ---------------------------------------------------------------------------

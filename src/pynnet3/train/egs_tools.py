@@ -16,16 +16,16 @@ import numpy as np
 
 from .. import log
 from ..errors import ConfigError, FormatError
-from ..kaldi_io import KaldiReader, KaldiWriter
+from ..io.kaldi_io import KaldiReader, KaldiWriter
 from .egs import EXAMPLE_HOLDER, NnetExample, NnetIo
 from .egs_merge import ExampleMerger, ExampleMergingConfig
 from .egs_split import ChunkTimeInfo, ExampleGenerationConfig, UtteranceSplitter
-from .general_matrix import (GeneralMatrix, extract_row_range_with_padding,
-                             filter_general_matrix_rows)
+from ..io.general_matrix import (GeneralMatrix, extract_row_range_with_padding,
+                                 filter_general_matrix_rows)
 from .kaldi_random import GlibcRand, MT19937, std_shuffle
-from .posterior import POSTERIOR_HOLDER, Posterior
-from .table import (GENERAL_MATRIX_HOLDER, MATRIX_HOLDER, RandomAccessTableReader,
-                    SequentialTableReader, TableWriter)
+from ..io.posterior import POSTERIOR_HOLDER, Posterior
+from ..io.table import (GENERAL_MATRIX_HOLDER, MATRIX_HOLDER, RandomAccessTableReader,
+                        SequentialTableReader, TableWriter)
 
 F32 = np.float32
 

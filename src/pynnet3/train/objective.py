@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import PynnetError
 from ..nnet.nnet import ObjectiveType
-from .general_matrix import GeneralMatrix, MatrixType, SparseMatrix
+from ..io.general_matrix import GeneralMatrix, MatrixType, SparseMatrix
 
 F32 = np.float32
 

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ...blas import add_mat_mat, trace_mat_mat_t
-from ...kaldi_io import KaldiReader, KaldiWriter
+from ...io.kaldi_io import KaldiReader, KaldiWriter
 from ..config_line import ConfigLine
 from .base import (Component, Prop, UpdatableComponent, fmt_g, print_parameter_stats,
                    randn, register)

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ...kaldi_io import KaldiReader, KaldiWriter
+from ...io.kaldi_io import KaldiReader, KaldiWriter
 from ..config_line import ConfigLine
 from .base import Component, Prop, fmt_g, register
 from ..index import index_columns

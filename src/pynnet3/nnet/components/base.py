@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ...errors import ConfigError, FormatError
-from ...kaldi_io import KaldiReader, KaldiWriter
+from ...io.kaldi_io import KaldiReader, KaldiWriter
 from ..config_line import ConfigLine
 
 

@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from ...kaldi_io import KaldiReader, KaldiWriter
+from ...io.kaldi_io import KaldiReader, KaldiWriter
 from ..config_line import ConfigLine
 from .attention import read_double_matrix
 from .base import (Component, Prop, UpdatableComponent, fmt_bool, fmt_g, print_parameter_stats,

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ...kaldi_io import KaldiReader, KaldiWriter
+from ...io.kaldi_io import KaldiReader, KaldiWriter
 from ..config_line import ConfigLine
 from .base import (Component, Prop, UpdatableComponent, new_component_of_type, read_component,
                    register)

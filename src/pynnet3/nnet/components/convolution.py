@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...kaldi_io import KaldiReader, KaldiWriter, open_kaldi_object
+from ...io.kaldi_io import KaldiReader, KaldiWriter, open_kaldi_object
 from ...log import warn
 from ..config_line import ConfigLine
 from ..index import Index

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ...kaldi_io import KaldiReader, KaldiWriter
+from ...io.kaldi_io import KaldiReader, KaldiWriter
 from ..config_line import ConfigLine
 from ..index import K_NO_TIME, Index, index_columns
 from ..index_lists import IndexList

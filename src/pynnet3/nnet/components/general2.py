@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ...kaldi_io import KaldiReader, KaldiWriter
+from ...io.kaldi_io import KaldiReader, KaldiWriter
 from ..config_line import ConfigLine
 from ..index import Index, first_appearance_numbers, index_columns
 from .base import (Component, Prop, UpdatableComponent, fmt_bool, fmt_g, print_parameter_stats,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ... import log
-from ...kaldi_io import KaldiReader, KaldiWriter
+from ...io.kaldi_io import KaldiReader, KaldiWriter
 from ..config_line import ConfigLine
 from .base import (Component, Prop, fmt_bool, fmt_g, register, reshape_rows, rng,
                    summarize_vector)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import FormatError
-from ...kaldi_io import KaldiReader, KaldiWriter, open_kaldi_object
+from ...io.kaldi_io import KaldiReader, KaldiWriter, open_kaldi_object
 from ..config_line import ConfigLine
 from .base import Component, Prop, fmt_g, print_parameter_stats, register, rng
 from .simple import F32, _axpy_f32, _expect_or_error, _seq_sum_f32, _split_ints, f32

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ...kaldi_io import KaldiReader, KaldiWriter
+from ...io.kaldi_io import KaldiReader, KaldiWriter
 from ..config_line import ConfigLine
 from .base import Component, Prop, UpdatableComponent, fmt_g, print_parameter_stats, register, randn
 from .simple import F32, _axpy_f32, f32

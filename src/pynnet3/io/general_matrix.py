@@ -21,7 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import FormatError
-from ..kaldi_io import KaldiReader, KaldiWriter, format_float
+from .kaldi_io import KaldiReader, KaldiWriter, format_float
 
 F32 = np.float32
 

@@ -39,9 +39,9 @@ from typing import TYPE_CHECKING, Any
 from ..errors import FormatError
 from ..nnet.components.base import Prop
 from ..nnet.index import Index
-from .computation import (Command, CommandType, CompressedMatrixType, MatrixDebugInfo,
+from ..compile.computation import (Command, CommandType, CompressedMatrixType, MatrixDebugInfo,
                           MatrixInfo, NnetComputation, PrecomputedIndexesInfo, SubMatrixInfo)
-from .precomputed_indexes import compute_precomputed_indexes
+from ..compile.precomputed_indexes import compute_precomputed_indexes
 
 if TYPE_CHECKING:
     from ..nnet.nnet import Nnet

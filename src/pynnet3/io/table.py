@@ -3,7 +3,7 @@
 kaldiio reads and writes matrices and vectors, but not egs or posteriors, so
 this module implements Kaldi's table layer for any object type given a
 *holder* (an object with ``read(reader)`` and ``write(writer, obj)`` working on
-:class:`~pynnet3.kaldi_io.KaldiReader` / ``KaldiWriter``):
+:class:`~pynnet3.io.kaldi_io.KaldiReader` / ``KaldiWriter``):
 
 * rspecifiers ``ark:file``, ``ark:-``, ``"ark:cmd |"``, ``scp:file`` (script
   lines ``key rxfilename`` where rxfilename may be ``file:offset``, ``cmd |``
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO, Iterator, Protocol
 
 from ..errors import FormatError, UsageError
-from ..kaldi_io import KaldiReader, KaldiWriter
+from .kaldi_io import KaldiReader, KaldiWriter
 
 
 class Holder(Protocol):

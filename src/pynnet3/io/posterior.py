@@ -12,7 +12,7 @@ from typing import List, Tuple
 
 import numpy as np
 
-from ..kaldi_io import KaldiReader, KaldiWriter, format_float
+from .kaldi_io import KaldiReader, KaldiWriter, format_float
 from .general_matrix import gather_pairs, pack_pairs
 
 Posterior = List[List[Tuple[int, float]]]

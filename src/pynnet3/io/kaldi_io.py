@@ -28,7 +28,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from .errors import FormatError
+from ..errors import FormatError
 
 BINARY_HEADER = b"\0B"
 _WS = b" \t\n\r\v\f"
