@@ -1,0 +1,77 @@
+"""The one switch that selects pynnet3's fast paths.
+
+Each stage of the pipeline has a *definition*: Kaldi's algorithm written
+plainly (the graph builder's per-cindex breadth-first search, SplitLocations on
+per-row lists, the analyzer's per-command loops ...).  Where that is too slow
+in Python, an *acceleration* computes the same answer another way (vectorised
+with NumPy, or a Numba loop), and the tests compare the two.  This module is
+the only place that says which one runs: code reads ``fast_paths.current()``
+at each decision point; tests (and anyone debugging a suspected fast-path bug)
+switch with ``with fast_paths.override(graph=False): ...``.
+
+Users never need to touch it: the defaults are the tuned fast paths, and every
+setting gives the same results (only the speed differs).
+"""
+from __future__ import annotations
+
+import dataclasses
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+__all__ = ["FastPaths", "current", "override", "REFERENCE"]
+
+
+@dataclass(frozen=True)
+class FastPaths:
+    """Which accelerations run, and the sizes where a small-input path takes over.
+
+    Size thresholds choose between two equivalent implementations of one
+    algorithm (plain Python lists win on tiny inputs, arrays on large ones);
+    they are tuning, not behaviour.
+    """
+
+    #: Build computation graphs with the compiled/vectorised builders
+    #: (``compile.graph``); ``False`` runs Kaldi's per-cindex algorithm only.
+    graph: bool = True
+    #: Find a network's left/right context from the frames each output reads;
+    #: ``False`` builds computation graphs as Kaldi's ComputeSimpleNnetContext.
+    context_from_reads: bool = True
+    #: Numba loops for the optimizer's variable and access analysis;
+    #: ``False`` runs the Python loops that define it.
+    analysis_jit: bool = True
+    #: SplitLocations / SplitLocationsBackward on Python lists (``True``), on
+    #: arrays (``False``), or chosen by size (``None``, the default).
+    split_on_lists: Optional[bool] = None
+    #: Up to this many rows, find_n_stride works on Python lists.
+    n_stride_list_rows: int = 24
+    #: From this many matrices on, the checker looks at all matrices with
+    #: array operations before the per-matrix checks (0: always).
+    check_arrays_from: int = 32
+    #: Below this many commands the checker's index checks use the
+    #: per-command loop rather than the array checks (0: always arrays).
+    check_indexes_loop_below: int = 256
+
+
+#: Every acceleration off: the definitions alone (slow; for tests).
+REFERENCE = FastPaths(graph=False, context_from_reads=False, analysis_jit=False)
+
+_current = FastPaths()
+
+
+def current() -> FastPaths:
+    """The fast-path selection in force."""
+    return _current
+
+
+@contextmanager
+def override(**changes: object) -> Iterator[FastPaths]:
+    """Run a block with some fast paths switched (``override(graph=False)``);
+    the previous selection is restored on exit, also after an exception."""
+    global _current
+    previous = _current
+    _current = dataclasses.replace(previous, **changes)  # type: ignore[arg-type]
+    try:
+        yield _current
+    finally:
+        _current = previous
