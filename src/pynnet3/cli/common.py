@@ -10,9 +10,10 @@ traceback.
 """
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import sys
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import click
 
@@ -43,6 +44,119 @@ _BOOL_WORDS = {"true", "false", "t", "f", "True", "False", "TRUE", "FALSE"}
 def bool_option(name: str, default: bool, help: str) -> Callable:
     """A Kaldi bool option: ``--name``, ``--name=true|false``, ``--name false``."""
     return click.option(name, type=BOOL, default=default, show_default=True, help=help)
+
+
+# ---------------------------------------------------------------------------
+# Options dataclasses as click options (Kaldi's ``opts.Register(&po)``)
+#
+# A library options dataclass says which of its fields are command-line
+# options through the field's metadata:
+#
+#     minibatch_size: str = field(default="256", metadata={
+#         "flag": "minibatch-size", "help": "String controlling the minibatch size..."})
+#
+# A field without a "flag" is not an option (set in code only).  Optional
+# metadata: "choices" (the accepted values).  The click type follows the
+# annotation (bool -> Kaldi's true/false, int, float, str).
+
+
+def option_fields(spec: Any, names: Iterable[str] | None = None) -> list[dataclasses.Field]:
+    """The fields of the dataclass (or instance) ``spec`` that are options:
+    those named in ``names`` in that order, else every field with a flag."""
+    by_name = {f.name: f for f in dataclasses.fields(spec)}
+    if names is None:
+        return [f for f in by_name.values() if f.metadata.get("flag")]
+    out = []
+    for name in names:
+        f = by_name.get(name)
+        if f is None or not f.metadata.get("flag"):
+            raise KeyError(f"{getattr(spec, '__name__', type(spec).__name__)}.{name} "
+                           "is not an option field")
+        out.append(f)
+    return out
+
+
+def has_option_metadata(spec: Any) -> bool:
+    """Whether the dataclass ``spec`` declares its flags in field metadata."""
+    return any(f.metadata.get("flag") for f in dataclasses.fields(spec))
+
+
+def _param_name(prefix: str, field_name: str) -> str:
+    return f"{prefix.replace('.', '_')}_{field_name}" if prefix else field_name
+
+
+def _field_default(spec: Any, f: dataclasses.Field) -> Any:
+    if not isinstance(spec, type):
+        return getattr(spec, f.name)
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None
+
+
+_TYPES: dict[str, Any] = {"int": int, "float": float, "str": str, "str | None": str}
+
+
+def _click_type(f: dataclasses.Field) -> Any:
+    choices = f.metadata.get("choices")
+    if choices:
+        return click.Choice(list(choices))
+    annotation = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+    if annotation == "bool":
+        return BOOL
+    if annotation not in _TYPES:
+        raise TypeError(f"option field {f.name}: no click type for {annotation!r}")
+    return _TYPES[annotation]
+
+
+def register_options(spec: Any, prefix: str = "", names: Iterable[str] | None = None,
+                     help: Mapping[str, str] | None = None) -> Callable[[Callable], Callable]:
+    """Decorator adding the option fields of an options dataclass to a click
+    command, as Kaldi's ``opts.Register(&po)`` (``ParseOptions`` with a
+    prefix for a nested struct: ``--compiler.use-shortcut``).
+
+    ``spec``: the dataclass, or an instance of it whose values are the
+    defaults (Kaldi sets a binary's own defaults before Register).
+    ``prefix``: the flag prefix ("compiler" for ``--compiler.<flag>``); the
+    values arrive as keyword arguments ``<prefix>_<field>`` (``<field>``
+    without one), which :func:`options_from` turns back into the dataclass.
+    ``names``: the fields to register, in the order ``--help`` lists them
+    (default: every field with a flag, in field order).
+    ``help``: per-field help that replaces the dataclass's for this binary.
+    """
+    chosen = option_fields(spec, names)
+    help = dict(help or {})
+
+    def deco(command: Callable) -> Callable:
+        # click applies decorators bottom-up: add in reverse to list in order.
+        for f in reversed(chosen):
+            flag = f.metadata["flag"]
+            default = _field_default(spec, f)
+            command = click.option(
+                f"--{prefix}.{flag}" if prefix else f"--{flag}", _param_name(prefix, f.name),
+                type=_click_type(f), default=default,
+                show_default=f.metadata.get("show_default", default not in (None, "")),
+                help=help.get(f.name, f.metadata.get("help", "")))(command)
+        return command
+
+    return deco
+
+
+def options_from(spec: Any, kwargs: dict[str, Any], prefix: str = "",
+                 names: Iterable[str] | None = None, **overrides: Any) -> Any:
+    """The dataclass of ``spec`` built from the values :func:`register_options`
+    produced (removed from ``kwargs``); ``spec``'s own values (an instance) or
+    defaults (a class) for the rest, ``overrides`` last."""
+    values = {}
+    for f in option_fields(spec, names):
+        key = _param_name(prefix, f.name)
+        if key in kwargs:
+            values[f.name] = kwargs.pop(key)
+    values.update(overrides)
+    if isinstance(spec, type):
+        return spec(**values)
+    return dataclasses.replace(spec, **values)
 
 
 def _read_config_file(path: str, seen: set[str]) -> list[str]:

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import click
 
-from .common import bool_option, kaldi_command, run
+from ..train.egs_tools import GetEgsOptions
+from .common import kaldi_command, register_options, run
 from .get_egs import egs_generation_options, run_get_egs
 
 USAGE = """Get frame-by-frame examples of data for nnet3 neural network training.
@@ -24,17 +25,17 @@ nnet-get-egs-dense-targets --num-targets=26 --left-context=12 \\
 
 
 @kaldi_command(USAGE)
-@bool_option("--compress", True, "If true, write egs with input features in compressed format "
-             "(recommended).  This is only relevant if the features being read are "
-             "un-compressed; if already compressed, we keep the same compressed format when "
-             "dumping egs.")
-@click.option("--num-targets", type=int, default=-1, show_default=True,
+@register_options(GetEgsOptions, names=("compress",), help={
+    "compress": "If true, write egs with input features in compressed format (recommended).  "
+    "This is only relevant if the features being read are un-compressed; if already "
+    "compressed, we keep the same compressed format when dumping egs."})
+@click.option("--num-targets", "num_pdfs", type=int, default=-1, show_default=True,
               help="Output dimension in egs, only used to check targets have correct dim if "
               "supplied.")
 @egs_generation_options
 @click.argument("args", nargs=-1)
-def command(num_targets: int, args: tuple[str, ...], **kw) -> None:
-    run_get_egs(kw, args, dense=True, num_targets=num_targets)
+def command(args: tuple[str, ...], **kw) -> None:
+    run_get_egs(kw, args, dense=True)
 
 
 def main() -> int:

@@ -109,11 +109,30 @@ class IntSet:
 class ExampleMergingConfig:
     """Kaldi's ExampleMergingConfig (the options of nnet3-merge-egs)."""
 
-    compress: bool = False
-    measure_output_frames: str = "deprecated"
-    minibatch_size: str = "256"
-    discard_partial_minibatches: str = "deprecated"
-    multilingual_eg: bool = False
+    compress: bool = field(default=False, metadata={
+        "flag": "compress", "help": "If true, compress the output examples (not recommended "
+        "unless you are writing to disk)"})
+    measure_output_frames: str = field(default="deprecated", metadata={
+        "flag": "measure-output-frames", "help": "This value will be ignored (included for "
+        "back-compatibility)"})
+    minibatch_size: str = field(default="256", metadata={
+        "flag": "minibatch-size", "help": "String controlling the minibatch size.  May be just "
+        "an integer, meaning a fixed minibatch size (e.g. --minibatch-size=128). May be a list "
+        "of ranges and values, e.g. --minibatch-size=32,64 or --minibatch-size=16:32,64,128.  "
+        "All minibatches will be of the largest size until the end of the input is reached; "
+        "then, increasingly smaller sizes will be allowed.  Only egs with the same structure "
+        "(e.g num-frames) are merged.  You may specify different minibatch sizes for different "
+        "sizes of eg (defined as the maximum number of Indexes on any input), in the format "
+        "--minibatch-size='eg_size1=mb_sizes1/eg_size2=mb_sizes2', e.g. "
+        "--minibatch-size=128=64:128,256/256=32:64,128.  Egs are given minibatch-sizes based "
+        "on the specified eg-size closest to their actual size."})
+    discard_partial_minibatches: str = field(default="deprecated", metadata={
+        "flag": "discard-partial-minibatches", "help": "This value will be ignored (included "
+        "for back-compatibility)"})
+    multilingual_eg: bool = field(default=False, metadata={
+        "flag": "multilingual-eg", "help": "Appends language name to the merged egs. Used only "
+        "by chain2 recipes for now.For example, when merging examples with output-langName we "
+        "would want to add ?lang=langName"})
     rules: list[tuple[int, IntSet]] = field(default_factory=list)
 
     def compute_derived(self) -> None:

@@ -35,15 +35,42 @@ _FLT_MAX = float(np.finfo(np.float32).max)
 
 @dataclass
 class ExampleGenerationConfig:
-    """Kaldi's ExampleGenerationConfig (options shared by the get-egs binaries)."""
+    """Kaldi's ExampleGenerationConfig (options shared by the get-egs binaries).
 
-    left_context: int = 0
-    right_context: int = 0
-    left_context_initial: int = -1
-    right_context_final: int = -1
-    num_frames_overlap: int = 0
-    frame_subsampling_factor: int = 1
-    num_frames_str: str = "1"
+    Each option field carries its flag and help in its metadata
+    (``pynnet3.cli.common.register_options`` registers them)."""
+
+    left_context: int = field(default=0, metadata={
+        "flag": "left-context", "help": "Number of frames of left context of input features "
+        "that are added to each example"})
+    right_context: int = field(default=0, metadata={
+        "flag": "right-context", "help": "Number of frames of right context of input features "
+        "that are added to each example"})
+    left_context_initial: int = field(default=-1, metadata={
+        "flag": "left-context-initial", "help": "Number of frames of left context of input "
+        "features that are added to each example at the start of the utterance (if <0, this "
+        "defaults to the same as --left-context)"})
+    right_context_final: int = field(default=-1, metadata={
+        "flag": "right-context-final", "help": "Number of frames of right context of input "
+        "features that are added to each example at the end of the utterance (if <0, this "
+        "defaults to the same as --right-context)"})
+    num_frames_overlap: int = field(default=0, metadata={
+        "flag": "num-frames-overlap", "help": "Number of frames of overlap between adjacent "
+        "samples (applies to chunks of size equal to the primary [first-listed] --num-frames "
+        "value... will be adjusted for different-sized chunks).  Advisory; will not be exactly "
+        "enforced."})
+    frame_subsampling_factor: int = field(default=1, metadata={
+        "flag": "frame-subsampling-factor", "help": "Used if the frame-rate of the output "
+        "labels in the generated examples will be less than the frame-rate at the input"})
+    num_frames_str: str = field(default="1", metadata={
+        "flag": "num-frames", "help": "Number of frames with labels that each example "
+        "contains (i.e. the left and right context are to be added to this).  May just be an "
+        "integer (e.g. --num-frames=8), or a principal value followed by alternative values to "
+        "be used at most once for each utterance to deal with odd-sized input, e.g. "
+        "--num-frames=40,25,50 means that most of the time the number of frames will be 40, but "
+        "to deal with odd-sized inputs we may also generate egs with these other sizes.  All "
+        "these values will be rounded up to the closest multiple of --frame-subsampling-factor.  "
+        "As a special case, --num-frames=-1 means 'don't do any splitting'."})
     num_frames: list[int] = field(default_factory=list)
 
     def compute_derived(self) -> None:

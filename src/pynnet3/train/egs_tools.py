@@ -9,7 +9,7 @@ options and call them.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -38,13 +38,29 @@ F32 = np.float32
 class GetEgsOptions:
     """The options of nnet3-get-egs (and of its dense-targets variant)."""
 
-    compress: bool = True
-    num_pdfs: int = -1                 # --num-targets for the dense variant
-    online_ivector_rspecifier: str = ""
-    online_ivector_period: int = 1
-    length_tolerance: int = 100
-    targets_length_tolerance: int = 2
-    seed: int = 0                      # pynnet3: seed of the gap placement (Kaldi: random_device)
+    compress: bool = field(default=True, metadata={
+        "flag": "compress", "help": "If true, write egs with input features in compressed "
+        "format (recommended). This is only relevant if the features being read are "
+        "un-compressed; if already compressed, we keep the same compressed format when "
+        "dumping egs."})
+    # --num-targets for the dense variant
+    num_pdfs: int = field(default=-1, metadata={
+        "flag": "num-pdfs", "help": "Number of pdfs in the acoustic model"})
+    online_ivector_rspecifier: str = field(default="", metadata={
+        "flag": "online-ivectors", "help": "Rspecifier of ivector features, as a matrix."})
+    online_ivector_period: int = field(default=1, metadata={
+        "flag": "online-ivector-period", "help": "Number of frames between iVectors in "
+        "matrices supplied to the --online-ivectors option"})
+    length_tolerance: int = field(default=100, metadata={
+        "flag": "length-tolerance", "help": "Tolerance for difference in num-frames between "
+        "feat and ivector matrices"})
+    targets_length_tolerance: int = field(default=2, metadata={
+        "flag": "targets-length-tolerance", "help": "Tolerance for difference in num-frames "
+        "(after subsampling) between feature matrix and posterior"})
+    # pynnet3: seed of the gap placement (Kaldi: random_device)
+    seed: int = field(default=0, metadata={
+        "flag": "srand", "help": "pynnet3 only: seed for placing the gaps between chunks "
+        "(Kaldi uses std::random_device there)."})
 
 
 def _chunk_ivector(ivector_feats: np.ndarray, start_frame: int, num_input_frames: int,
@@ -365,15 +381,41 @@ def _scale_supervision_weight(weight: float, eg: NnetExample) -> None:
 
 @dataclass
 class CopyEgsOptions:
-    random: bool = False
-    srand: int = 0
-    frame_shift: int = 0
-    keep_proportion: float = 1.0
-    frame: str = ""
-    left_context: int = -1
-    right_context: int = -1
-    weights_rspecifier: str = ""
-    outputs_rspecifier: str = ""
+    """The options of nnet3-copy-egs."""
+
+    random: bool = field(default=False, metadata={
+        "flag": "random", "help": "If true, will write frames to output archives randomly, not "
+        "round-robin."})
+    srand: int = field(default=0, metadata={
+        "flag": "srand", "help": "Seed for random number generator (only relevant if "
+        "--random=true or --keep-proportion != 1.0)"})
+    frame_shift: int = field(default=0, metadata={
+        "flag": "frame-shift", "help": "Allows you to shift time values in the supervision data "
+        "(excluding iVector data).  Only really useful in clockwork topologies (i.e. any "
+        "topology for which modulus != 1).  Shifting is done after any frame selection."})
+    keep_proportion: float = field(default=1.0, metadata={
+        "flag": "keep-proportion", "help": "If <1.0, this program will randomly keep this "
+        "proportion of the input samples.  If >1.0, it will in expectation copy a sample this "
+        "many times.  It will copy it a number of times equal to floor(keep-proportion) or "
+        "ceil(keep-proportion)."})
+    frame: str = field(default="", metadata={
+        "flag": "frame", "help": "This option can be used to select a single frame from each "
+        "multi-frame example.  Set to a number 0, 1, etc. to select a frame with a given index, "
+        "or 'random' to select a random frame."})
+    left_context: int = field(default=-1, metadata={
+        "flag": "left-context", "help": "Can be used to truncate the feature left-context that "
+        "we output."})
+    right_context: int = field(default=-1, metadata={
+        "flag": "right-context", "help": "Can be used to truncate the feature right-context "
+        "that we output."})
+    weights_rspecifier: str = field(default="", metadata={
+        "flag": "weights", "help": "Rspecifier indexed by the key of egs, providing a weight by "
+        "which we will scale the supervision matrix for that eg. Used in multilingual "
+        "training."})
+    outputs_rspecifier: str = field(default="", metadata={
+        "flag": "outputs", "help": "Rspecifier indexed by the key of egs, providing a "
+        "string-valued output name, e.g. 'output-0'.  If provided, the NnetIo with name "
+        "'output' will be renamed to the provided name. Used in multilingual training."})
 
 
 def copy_egs(egs_rspecifier: str, egs_wspecifiers: Sequence[str], opts: CopyEgsOptions) -> int:
