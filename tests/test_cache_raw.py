@@ -25,7 +25,7 @@ from pynnet3.nnet.components.base import set_random_seed
 from pynnet3.nnet.index import K_NO_TIME, Index, first_appearance_numbers
 from pynnet3.nnet.index_lists import CindexList, IndexList, ListTable, NTiling, slotted_maker
 from pynnet3.nnet.nnet import Nnet
-from tests.conftest import reference_dir
+from tests.helpers import deep_equal, reference_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 TDNN_CONFIG = (ROOT / "egs" / "mini_tdnn" / "conf" / "tdnn.config").read_text()
@@ -262,12 +262,10 @@ def test_raw_round_trip_reference_configs(tmp_path: Path, config: str, num_seq: 
 
 
 def _assert_same_precomputed(a: NnetComputation, b: NnetComputation) -> None:
-    from tests.test_cache import _same
-
     pa, pb = a.component_precomputed_indexes, b.component_precomputed_indexes
     assert len(pa) == len(pb)
     for k, (x, y) in enumerate(zip(pa, pb)):
-        assert _same(x.data, y.data), f"precomputed_indexes[{k}]"
+        assert deep_equal(x.data, y.data), f"precomputed_indexes[{k}]"
 
 
 # -- disk hits -----------------------------------------------------------------------

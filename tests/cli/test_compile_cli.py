@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from pynnet3.cli import BINARIES
-from tests.conftest import reference_dir
+from tests.helpers import reference_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "egs" / "mini_tdnn" / "conf" / "tdnn.config"

@@ -22,7 +22,7 @@ import pytest
 from pynnet3.cli import BINARIES
 from pynnet3.cli.common import run as run_cli
 from pynnet3.cli.compute_request import command
-from tests.conftest import reference_dir
+from tests.helpers import reference_dir
 
 kaldiio = pytest.importorskip("kaldiio")
 
@@ -111,7 +111,7 @@ def test_binary_writes_text_archive_and_reports_missing_input(tmp_path: Path) ->
 
 
 def _updated_seeds() -> list[str]:
-    from tests.conftest import SHARED_REFERENCE
+    from tests.helpers import SHARED_REFERENCE
 
     root = SHARED_REFERENCE / "random"
     return sorted(p.parent.name for p in root.glob("*/updated.txt.raw"))[:3] if root.is_dir() else []
@@ -126,7 +126,7 @@ def test_write_model_matches_kaldis_update(seed: str, tmp_path) -> None:
 
     from pynnet3.nnet.components.base import Prop
     from pynnet3.nnet.model_io import read_nnet
-    from tests.conftest import reference_dir
+    from tests.helpers import reference_dir
 
     d = reference_dir() / "random" / seed
     if not (d / "updated.txt.raw").is_file():

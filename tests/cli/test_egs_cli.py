@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pynnet3.cli import BINARIES
-from tests.conftest import reference_dir
+from tests.helpers import reference_dir
 
 
 def run(*args: str, stdin: bytes | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:

@@ -12,7 +12,7 @@ import pytest
 
 from pynnet3.cli import BINARIES
 from pynnet3.nnet.model_io import read_nnet
-from tests.conftest import reference_dir
+from tests.helpers import reference_dir
 
 CASES = ("affine_xent", "quadratic", "momentum_l2", "ngaffine_bn")
 FLOAT = r"(?<![\w.])(-?(?:\d+(?:\.\d*)?(?:e[-+]?\d+)?|nan|inf))"

@@ -30,7 +30,7 @@ from pynnet3.train.kaldi_random import MT19937, GlibcRand, std_shuffle
 from pynnet3.io.posterior import POSTERIOR_HOLDER
 from pynnet3.io.table import (GENERAL_MATRIX_HOLDER, MATRIX_HOLDER, RandomAccessTableReader,
                               SequentialTableReader, TableWriter)
-from tests.conftest import reference_dir
+from tests.helpers import reference_dir
 
 CASES = ["affine_xent", "ngaffine_bn", "quadratic", "momentum_l2"]
 

@@ -23,7 +23,7 @@ from pynnet3.train.nnet_update import (MaxChangeStats, apply_l2_regularization,
                                        get_num_nvalues, update_nnet_with_max_change)
 from pynnet3.train.objective import compute_accuracy, compute_objective
 from pynnet3.train.trainer import NnetTrainer, NnetTrainerOptions
-from tests.conftest import reference_dir
+from tests.helpers import reference_dir
 
 CASES = ("affine_xent", "quadratic", "momentum_l2", "ngaffine_bn")
 # Options each case was trained with (commands.txt).

