@@ -46,6 +46,11 @@ class UsageError(PynnetError):
     """Wrong command-line usage (number of arguments, option values)."""
 
 
+class DeviceError(PynnetError):
+    """The compute device asked for cannot be used (Kaldi's ``--use-gpu=yes``
+    with no usable GPU)."""
+
+
 class ComputationCheckError(PynnetError):
     """A compiled NnetComputation is malformed (Kaldi's ComputationChecker).
 

@@ -13,7 +13,9 @@ needs.  A backend is chosen once, by name, with :func:`get_backend`:
 * ``cuda`` (:mod:`.cuda`): device matrices, ``@numba.cuda.jit`` kernels.
 
 Same interface, same results up to float rounding.  :func:`select_backend`
-maps Kaldi's ``--use-gpu`` option onto ``cpu`` / ``cuda``.
+maps Kaldi's ``--use-gpu`` option onto ``cpu`` / ``cuda``;
+:func:`select_compute_backend` is nnet3-compute's choice (no ``--use-gpu``:
+the GPU when usable, as Kaldi's CUDA build, else the CPU).
 
 Conventions shared by every backend
 -----------------------------------
@@ -35,8 +37,10 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any, Protocol, runtime_checkable
 
+import os
+
 from ... import log
-from ...errors import PynnetError
+from ...errors import ConfigError, DeviceError, PynnetError
 
 
 @runtime_checkable
@@ -202,7 +206,7 @@ def select_backend(use_gpu: str) -> Backend:
       the two are the same here.
     """
     if use_gpu not in USE_GPU_CHOICES:
-        raise PynnetError(f"Please choose : --use-gpu=yes|no|optional|wait, passed '{use_gpu}'")
+        raise ConfigError(f"Please choose : --use-gpu=yes|no|optional|wait, passed '{use_gpu}'")
     if use_gpu == "no":
         log.log("Manually selected to compute on CPU.")
         return get_backend("cpu")
@@ -213,4 +217,35 @@ def select_backend(use_gpu: str) -> Backend:
         log.warn(f"No CUDA GPU detected; running on CPU since --use-gpu=optional specified. "
                  f"({reason})")
         return get_backend("cpu")
-    raise PynnetError(f"No CUDA GPU detected! (--use-gpu={use_gpu}: {reason})")
+    raise DeviceError(f"No CUDA GPU detected! (--use-gpu={use_gpu}: {reason})")
+
+
+def gpu_may_be_present() -> bool:
+    """False when this machine certainly has no CUDA GPU to offer (no NVIDIA
+    device files and no CUDA simulator), which is cheap to see."""
+    if os.environ.get("NUMBA_ENABLE_CUDASIM", "") not in ("", "0"):
+        return True
+    return any(os.path.exists(p) for p in ("/dev/nvidiactl", "/dev/nvidia0",
+                                           "/proc/driver/nvidia"))
+
+
+def select_compute_backend(use_gpu: str | None, cpu_backend: str = "numpy") -> Backend:
+    """nnet3-compute's backend: an explicit ``use_gpu`` as :func:`select_backend`
+    (CuDevice::SelectGpuId); None, the GPU if usable (a CUDA build's default)
+    else the CPU.  On the CPU, ``cpu_backend`` picks the NumPy ("numpy", the
+    reference backend) or the Numba ("numba") backend."""
+    cpu = get_backend("reference" if cpu_backend == "numpy" else "cpu")
+    if use_gpu == "no":
+        log.log("Manually selected to compute on CPU.")
+        return cpu
+    if use_gpu is None and not gpu_may_be_present():
+        # (Asking numba.cuda would cost a second of start-up for nothing.)
+        log.vlog(1, "no GPU device: computing on the CPU")
+        return cpu
+    if use_gpu is not None:
+        backend = select_backend(use_gpu)
+        return cpu if backend.name != "cuda" else backend
+    if cuda_unavailable_reason() is None:
+        return get_backend("cuda")
+    log.vlog(1, "no usable GPU: computing on the CPU")
+    return cpu
