@@ -34,10 +34,9 @@ from typing import Any
 import numpy as np
 from numba import float32, float64, njit, prange
 
-from ...compile.computation import CompressedMatrixType
 from ...errors import PynnetError
 from . import elementwise as ew
-from .reference import _COMPRESSED_TYPES, CompressedMatrix, ReferenceBackend
+from .reference import CompressedMatrix, ReferenceBackend, compression_plan
 from .tables import IndexTable, host_table, range_bounds, table_plan
 
 F32 = np.float32
@@ -224,10 +223,7 @@ def _add_p(dst, src, alpha):
 @njit(cache=True)
 def _compress_row(codes, src, r, inv_scale, lo, hi, sign_form):
     for c in range(src.shape[1]):
-        if sign_form:
-            codes[r, c] = int(ew.sign_code(src[r, c]))
-        else:
-            codes[r, c] = int(ew.compress_code(src[r, c], inv_scale, lo, hi))
+        codes[r, c] = int(ew.code_of(src[r, c], inv_scale, lo, hi, sign_form))
 
 
 @njit(cache=True)
@@ -466,18 +462,11 @@ class CpuBackend(ReferenceBackend):
     # -- compression ---------------------------------------------------------
     def compress(self, mat: np.ndarray, kind: int, range_: float,
                  truncate: bool) -> CompressedMatrix:
-        kind = CompressedMatrixType(kind)
-        int_type, lo, hi = _COMPRESSED_TYPES[kind]
-        scale = F32(F32(range_) / F32(hi))
-        sign_form = bool(scale == 0.0)
-        if sign_form and kind is not CompressedMatrixType.UINT8:
-            raise PynnetError(f"compression with range 0 is only implemented for uint8, "
-                              f"not {kind.name.lower()}")
-        codes = np.empty(mat.shape, dtype=int_type)
-        inv_scale = F32(0.0) if sign_form else F32(1.0 / float(scale))
-        self._pick(_compress_s, _compress_p, codes.size)(codes, mat, inv_scale, F32(lo),
-                                                        F32(hi), sign_form)
-        return CompressedMatrix(codes, F32(1.0) if sign_form else scale)
+        plan = compression_plan(kind, range_)
+        codes = np.empty(mat.shape, dtype=plan.int_type)
+        self._pick(_compress_s, _compress_p, codes.size)(
+            codes, mat, plan.inv_scale, F32(plan.lo), F32(plan.hi), plan.sign_form)
+        return CompressedMatrix(codes, plan.scale)
 
     def decompress(self, compressed: CompressedMatrix, dst: np.ndarray) -> None:
         self._pick(_decompress_s, _decompress_p, dst.size)(dst, compressed.data,

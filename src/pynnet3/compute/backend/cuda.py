@@ -38,11 +38,10 @@ import numpy as np
 from numba import cuda, float32, float64
 from numba.core import config as _numba_config
 
-from ...compile.computation import CompressedMatrixType
 from ...errors import PynnetError
 from . import elementwise as ew
 from .cpu import unary_op_of
-from .reference import _COMPRESSED_TYPES, CompressedMatrix
+from .reference import CompressedMatrix, compression_plan
 from .tables import IndexTable, host_table, range_bounds, table_plan
 
 F32 = np.float32
@@ -195,10 +194,7 @@ def _k_compress(codes, src, inv_scale, lo, hi, sign_form):
     sc, sr = cuda.gridsize(2)
     for r in range(r0, src.shape[0], sr):
         for c in range(c0, src.shape[1], sc):
-            if sign_form:
-                codes[r, c] = int(ew.sign_code(src[r, c]))
-            else:
-                codes[r, c] = int(ew.compress_code(src[r, c], inv_scale, lo, hi))
+            codes[r, c] = int(ew.code_of(src[r, c], inv_scale, lo, hi, sign_form))
 
 
 @cuda.jit(cache=True)
@@ -483,18 +479,11 @@ class CudaBackend:
 
     # -- compression ---------------------------------------------------------
     def compress(self, mat: Any, kind: int, range_: float, truncate: bool) -> CompressedMatrix:
-        kind = CompressedMatrixType(kind)
-        int_type, lo, hi = _COMPRESSED_TYPES[kind]
-        scale = F32(F32(range_) / F32(hi))
-        sign_form = bool(scale == 0.0)
-        if sign_form and kind is not CompressedMatrixType.UINT8:
-            raise PynnetError(f"compression with range 0 is only implemented for uint8, "
-                              f"not {kind.name.lower()}")
-        codes = cuda.device_array(mat.shape, dtype=int_type)
-        inv_scale = F32(0.0) if sign_form else F32(1.0 / float(scale))
-        _launch(_k_compress, mat.shape[0], mat.shape[1], codes, mat, inv_scale, F32(lo),
-                F32(hi), sign_form)
-        return CompressedMatrix(codes, F32(1.0) if sign_form else scale)
+        plan = compression_plan(kind, range_)
+        codes = cuda.device_array(mat.shape, dtype=plan.int_type)
+        _launch(_k_compress, mat.shape[0], mat.shape[1], codes, mat, plan.inv_scale,
+                F32(plan.lo), F32(plan.hi), plan.sign_form)
+        return CompressedMatrix(codes, plan.scale)
 
     def decompress(self, compressed: CompressedMatrix, dst: Any) -> None:
         _launch(_k_decompress, dst.shape[0], dst.shape[1], dst, compressed.data,

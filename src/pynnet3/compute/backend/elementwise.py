@@ -102,3 +102,12 @@ def sign_code(x):
     if x > 0:
         return float32(1.0)
     return float32(0.0)
+
+
+@njit(cache=True)
+def code_of(x, inv_scale, lo, hi, sign_form):
+    """The code of ``x`` under a CompressionPlan: :func:`sign_code` in the
+    sign form, else :func:`compress_code`."""
+    if sign_form:
+        return sign_code(x)
+    return compress_code(x, inv_scale, lo, hi)

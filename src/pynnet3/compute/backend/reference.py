@@ -9,7 +9,7 @@ which one is followed.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -25,6 +25,35 @@ _COMPRESSED_TYPES: dict[CompressedMatrixType, tuple[type, int, int]] = {
     CompressedMatrixType.INT16: (np.int16, -32768, 32767),
     CompressedMatrixType.UINT16: (np.uint16, 0, 65535),
 }
+
+
+class CompressionPlan(NamedTuple):
+    """How a matrix is compressed to one of Kaldi's CuCompressedMatrix types:
+    codes of ``int_type`` in [lo, hi]; code = x * inv_scale rounded, or, in
+    the range-0 ``sign_form`` (uint8 only), code = (x > 0); ``scale`` maps
+    codes back to values."""
+
+    int_type: type
+    lo: int
+    hi: int
+    scale: np.float32
+    inv_scale: np.float32
+    sign_form: bool
+
+
+def compression_plan(kind: int, range_: float) -> CompressionPlan:
+    """The :class:`CompressionPlan` of Kaldi's CuCompressedMatrix<I>
+    (scale = range / max(I)); every backend compresses by it."""
+    kind = CompressedMatrixType(kind)
+    int_type, lo, hi = _COMPRESSED_TYPES[kind]
+    scale = F32(F32(range_) / F32(hi))
+    sign_form = bool(scale == 0.0)
+    if sign_form and kind is not CompressedMatrixType.UINT8:
+        raise PynnetError(f"compression with range 0 is only implemented for uint8, "
+                          f"not {kind.name.lower()}")
+    if sign_form:
+        return CompressionPlan(int_type, lo, hi, F32(1.0), F32(0.0), True)
+    return CompressionPlan(int_type, lo, hi, scale, F32(1.0 / float(scale)), False)
 
 
 class CompressedMatrix:
@@ -204,19 +233,13 @@ class ReferenceBackend:
         read back as 0 or 1.  Kaldi's NewCuCompressedMatrix never passes its
         ``truncate`` argument on, so codes are always clamped; we do the same.
         """
-        kind = CompressedMatrixType(kind)
-        int_type, lo, hi = _COMPRESSED_TYPES[kind]
-        scale = F32(F32(range_) / F32(hi))
-        if scale == 0.0:
-            if kind is not CompressedMatrixType.UINT8:
-                raise PynnetError(f"compression with range 0 is only implemented for uint8, "
-                                  f"not {kind.name.lower()}")
-            return CompressedMatrix((mat > 0).astype(np.uint8), F32(1.0))
-        inv_scale = F32(1.0 / float(scale))
-        scaled = np.rint(mat * inv_scale)             # float32 product, round half to even
+        plan = compression_plan(kind, range_)
+        if plan.sign_form:
+            return CompressedMatrix((mat > 0).astype(np.uint8), plan.scale)
+        scaled = np.rint(mat * plan.inv_scale)        # float32 product, round half to even
         scaled = np.nan_to_num(scaled, nan=0.0)
-        codes = np.clip(scaled, lo, hi).astype(int_type)
-        return CompressedMatrix(codes, scale)
+        codes = np.clip(scaled, plan.lo, plan.hi).astype(plan.int_type)
+        return CompressedMatrix(codes, plan.scale)
 
     def decompress(self, compressed: CompressedMatrix, dst: np.ndarray) -> None:
         np.multiply(compressed.data.astype(F32), compressed.scale, out=dst)
