@@ -54,7 +54,7 @@ import struct
 import time
 import zlib
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -91,9 +91,18 @@ class CachingCompilerOptions:
     without the shortcut, before and after optimization, as Kaldi always does.
     """
 
-    use_shortcut: bool = True
-    cache_capacity: int = 64
-    output_debug_info: bool = True
+    use_shortcut: bool = field(default=True, metadata={
+        "flag": "use-shortcut", "help": "If true, use the 'shortcut' in compilation whereby "
+        "computation requests with regular structure are identified as such, a computation "
+        "with a smaller number of distinct values of 'n' is compiled (e.g. 2), and the "
+        "compiled computation is expanded to match the size of the real computation request."})
+    cache_capacity: int = field(default=64, metadata={
+        "flag": "cache-capacity", "help": "Determines how many cached computations we'll "
+        "store."})
+    # pynnet3's (--compiler.output-debug-info of nnet3-compile)
+    output_debug_info: bool = field(default=True, metadata={
+        "flag": "output-debug-info", "help": "Keep which cindexes each matrix holds (printed "
+        "as the 'm1 == value: ...' lines)."})
     check: bool = True
 
 

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from pynnet3.cli import BINARIES
-from pynnet3.cli.compute import progress_wanted
-from tests.conftest import reference_dir
+from pynnet3.cli.progress import progress_wanted
+from tests.helpers import reference_dir
 
 kaldiio = pytest.importorskip("kaldiio")
 

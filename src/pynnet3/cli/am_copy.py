@@ -1,9 +1,14 @@
 """nnet3-am-copy: copy an nnet3 acoustic model (.mdl), or extract its raw nnet."""
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import click
 
-from .common import bool_option, check_num_args, kaldi_command, run
+from ..nnet.edit import NnetEditOptions
+from .common import (bool_option, check_num_args, kaldi_command, options_from, register_options,
+                     run)
 
 USAGE = """Copy nnet3 neural-net acoustic model file; supports conversion
 to raw model (--raw=true).
@@ -24,35 +29,29 @@ e.g.:
 @bool_option("--raw", False, "If true, write only 'raw' neural net without transition model and priors.")
 @click.option("--set-raw-nnet", default="", help="Set the raw nnet inside the model to the one "
               "provided (an rxfilename); done before the learning-rate is changed.")
-@click.option("--nnet-config", default="", help="nnet3 config file that adds or replaces "
-              "components or nodes (as given to nnet3-init).")
-@click.option("--edits-config", default="", help="Edits-config file that modifies the network.")
-@click.option("--edits", default="", help="Inline alternative to --edits-config; semicolons "
-              "become newlines.")
-@click.option("--learning-rate", type=float, default=-1.0, show_default=True,
-              help="If supplied, all the learning rates of updatable components are set to this value.")
-@click.option("--scale", type=float, default=1.0, show_default=True,
-              help="The parameter matrices are scaled by the specified value.")
-@bool_option("--prepare-for-test", False, "If true, prepares the model for test time: test mode "
-             "in dropout and batch-norm components, and CollapseModel().")
+@register_options(NnetEditOptions, names=(
+    "nnet_config", "edits_config", "edits", "learning_rate", "scale", "prepare_for_test"), help={
+    "edits_config": "Edits-config file that modifies the network.",
+    "edits": "Inline alternative to --edits-config; semicolons become newlines."})
 @click.argument("args", nargs=-1)
-def command(binary: bool, raw: bool, set_raw_nnet: str, nnet_config: str, edits_config: str,
-            edits: str, learning_rate: float, scale: float, prepare_for_test: bool,
-            args: tuple[str, ...]) -> None:
+def command(binary: bool, raw: bool, set_raw_nnet: str, args: tuple[str, ...],
+            **kw: Any) -> None:
     check_num_args(args, (2,))
     from .. import log
     from ..nnet.am_nnet import read_mdl, write_mdl
-    from ..nnet.edit import NnetEditOptions, edit_nnet
+    from ..nnet.edit import edit_nnet
     from ..nnet.model_io import read_nnet, write_nnet
 
     trans_model, am_nnet, _ = read_mdl(args[0])
     if set_raw_nnet:
         am_nnet.set_nnet(read_nnet(set_raw_nnet))
-    edit_nnet(am_nnet.nnet, NnetEditOptions(
-        nnet_config=nnet_config, learning_rate=learning_rate, edits_config=edits_config,
-        edits=edits), after_edits=am_nnet.set_context)
-    edit_nnet(am_nnet.nnet, NnetEditOptions(scale=scale, prepare_for_test=prepare_for_test,
-                                            batchnorm_test_mode=None))
+    opts = options_from(NnetEditOptions, kw)
+    # The structural edits (then the model's context is updated), then scaling
+    # and test-time preparation of the edited network.
+    edit_nnet(am_nnet.nnet, dataclasses.replace(opts, scale=1.0, prepare_for_test=False),
+              after_edits=am_nnet.set_context)
+    edit_nnet(am_nnet.nnet, NnetEditOptions(scale=opts.scale,
+                                            prepare_for_test=opts.prepare_for_test))
     if raw:
         write_nnet(args[1], am_nnet.nnet, binary)
         log.log(f"Copied neural net from {args[0]} to raw format as {args[1]}")

@@ -103,7 +103,7 @@ def _click_type(f: dataclasses.Field) -> Any:
     if choices:
         return click.Choice(list(choices))
     annotation = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
-    if annotation == "bool":
+    if annotation in ("bool", "bool | None"):
         return BOOL
     if annotation not in _TYPES:
         raise TypeError(f"option field {f.name}: no click type for {annotation!r}")

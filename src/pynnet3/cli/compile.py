@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
 from .common import BOOL, bool_option, check_num_args, kaldi_command, run
+from .options import compiler_options, compiler_options_from, disk_cache_options
 
 USAGE = """Compile the computation of a ComputationRequest for a raw nnet3 network (or
 the network of an .mdl), through the computation cache, and write it.
@@ -47,18 +49,11 @@ e.g.:
               "instead of building it from the options above.")
 @bool_option("--optimize", True, "Optimize the computation (Kaldi's default optimization "
              "options; false runs only the passes Kaldi always runs).")
-@click.option("--compiler.use-shortcut", "compiler_use_shortcut", type=BOOL, default=True,
-              show_default=True, help="If true, use the 'shortcut' in compilation: compile a "
-              "2-sequence version of the request and expand it.")
-@click.option("--compiler.output-debug-info", "compiler_output_debug_info", type=BOOL,
-              default=True, show_default=True, help="Keep which cindexes each matrix holds "
-              "(printed as the 'm1 == value: ...' lines).")
-@click.option("--compiler.cache-capacity", "cache_capacity", type=int, default=64,
-              show_default=True, help="Number of computations cached in memory.")
-@click.option("--cache-dir", default="", help="Directory of the on-disk computation cache "
-              "(default: $PYNNET3_CACHE_DIR or ~/.cache/pynnet3/computations).")
-@bool_option("--use-disk-cache", True, "Look computations up in, and add them to, the on-disk "
-             "cache.")
+@compiler_options(names=("use_shortcut", "output_debug_info", "cache_capacity"), help={
+    "use_shortcut": "If true, use the 'shortcut' in compilation: compile a 2-sequence version "
+    "of the request and expand it.",
+    "cache_capacity": "Number of computations cached in memory."})
+@disk_cache_options(note="")
 @click.option("--print", "print_computation", type=BOOL, default=False, show_default=True,
               help="Write the computation in Kaldi's printed format to stdout.")
 @click.argument("args", nargs=-1)
@@ -66,15 +61,13 @@ def command(num_sequences: int, frames_per_chunk: int, extra_left_context: int,
             extra_right_context: int, frame_subsampling_factor: int,
             need_model_derivative: bool, need_input_derivative: bool, outputs: str,
             ivector: bool, store_component_stats: bool, request_file: str, optimize: bool,
-            compiler_use_shortcut: bool, compiler_output_debug_info: bool,
-            cache_capacity: int, cache_dir: str, use_disk_cache: bool, print_computation: bool,
-            args: tuple[str, ...]) -> None:
+            cache_dir: str, use_disk_cache: bool, print_computation: bool,
+            args: tuple[str, ...], **kw: Any) -> None:
     check_num_args(args, (1, 2))
     if len(args) == 2 and args[1].strip() == "-" and print_computation:
         raise click.UsageError("--print and <computation-out> '-' would both write to stdout")
     from .. import log
-    from ..cache import (CachingCompiler, CachingCompilerOptions, default_optimize_options,
-                         optimizer_available)
+    from ..cache import CachingCompiler, default_optimize_options, optimizer_available
     from ..compile.request_io import build_request, read_request_file
     from ..io.kaldi_io import write_wxfilename
     from ..nnet.model_io import read_nnet
@@ -93,16 +86,14 @@ def command(num_sequences: int, frames_per_chunk: int, extra_left_context: int,
         import dataclasses
 
         optimize_options = dataclasses.replace(optimize_options, optimize=False)
-    compiler = CachingCompiler(
-        nnet, CachingCompilerOptions(use_shortcut=compiler_use_shortcut,
-                                     cache_capacity=cache_capacity,
-                                     output_debug_info=compiler_output_debug_info),
-        optimize_options, cache_dir=cache_dir or None, use_disk=use_disk_cache)
+    compiler_config = compiler_options_from(kw)
+    compiler = CachingCompiler(nnet, compiler_config, optimize_options,
+                               cache_dir=cache_dir or None, use_disk=use_disk_cache)
     if not optimizer_available():
         log.warn("pynnet3.optimize provides no optimize(): the computation is not optimized")
     computation = compiler.compile(request)
     if optimize:
-        before = unoptimized_figures(nnet, request, compiler_use_shortcut)
+        before = unoptimized_figures(nnet, request, compiler_config.use_shortcut)
         log.log(f"Before optimization: {before}")
         log.log(f"After optimization: {computation_figures(computation)}")
     if print_computation:

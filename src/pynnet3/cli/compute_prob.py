@@ -5,8 +5,10 @@ from typing import Any
 
 import click
 
-from .common import bool_option, check_num_args, kaldi_command, run
-from .train import build_compile_options, compiler_and_computation_options
+from ..train.diagnostics import NnetComputeProbOptions
+from .common import (bool_option, check_num_args, kaldi_command, options_from, register_options,
+                     run)
+from .options import build_compile_options, compiler_and_computation_options
 
 USAGE = """Computes and prints in logging messages the average log-prob per frame of
 the given data with an nnet3 neural net.  The input of this is the output of
@@ -24,15 +26,10 @@ e.g.: nnet3-compute-prob 0.raw ark:valid.egs"""
              "DropoutComponents and DropoutMaskComponents.")
 @bool_option("--collapse-model", True, "If true, collapse model to the extent possible before "
              "using it (for efficiency).")
-@bool_option("--debug-computation", False, "If true, turn on debug for the actual computation "
-             "(very verbose!)")
-@bool_option("--compute-accuracy", True, "If true, compute accuracy values as well as objective "
-             "functions")
-@bool_option("--compute-per-dim-accuracy", False, "If true, compute accuracy values per-dim")
+@register_options(NnetComputeProbOptions)
 @compiler_and_computation_options
 @click.argument("args", nargs=-1)
 def command(batchnorm_test_mode: bool, dropout_test_mode: bool, collapse_model: bool,
-            debug_computation: bool, compute_accuracy: bool, compute_per_dim_accuracy: bool,
             args: tuple[str, ...], **kwargs: Any) -> None:
     check_num_args(args, (2,))
     from ..compute.computer import NnetComputeOptions
@@ -40,7 +37,7 @@ def command(batchnorm_test_mode: bool, dropout_test_mode: bool, collapse_model: 
     from ..nnet.collapse import collapse_model as collapse
     from ..nnet.model_io import read_nnet
     from ..nnet.utils import set_batchnorm_test_mode, set_dropout_test_mode
-    from ..train.diagnostics import NnetComputeProb, NnetComputeProbOptions
+    from ..train.diagnostics import NnetComputeProb
     from ..train.egs import iter_examples
 
     optimize, compiler, debug = build_compile_options(kwargs)
@@ -51,12 +48,10 @@ def command(batchnorm_test_mode: bool, dropout_test_mode: bool, collapse_model: 
         set_dropout_test_mode(True, nnet)
     if collapse_model:
         collapse(nnet, CollapseModelConfig())
-    opts = NnetComputeProbOptions(
-        debug_computation=debug_computation, compute_accuracy=compute_accuracy,
-        compute_per_dim_accuracy=compute_per_dim_accuracy, optimize_config=optimize,
-        compute_config=NnetComputeOptions(debug=debug or debug_computation,
-                                          compress_matrices=False),
-        compiler_config=compiler)
+    opts = options_from(
+        NnetComputeProbOptions, kwargs, optimize_config=optimize, compiler_config=compiler,
+        compute_config=NnetComputeOptions(debug=debug or kwargs["debug_computation"],
+                                          compress_matrices=False))
     # Kaldi's nnet3-compute-prob has no GPU option: it runs on the CPU.
     prob_computer = NnetComputeProb(opts, nnet, backend="cpu")
     for _, eg in iter_examples(args[1]):

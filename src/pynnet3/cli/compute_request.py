@@ -5,7 +5,10 @@ from typing import Any
 
 import click
 
-from .common import BOOL, bool_option, check_num_args, kaldi_command, run
+from .common import bool_option, check_num_args, kaldi_command, run
+from .options import (compiler_options, compiler_options_from, computation_options,
+                      computation_options_from, disk_cache_options, optimization_options,
+                      optimize_options_from)
 
 USAGE = """Compile the computation of a ComputationRequest for a raw nnet3 network (through
 the computation cache), run it on the given inputs and write its outputs: a pynnet3
@@ -21,25 +24,14 @@ Usage:  nnet3-compute-request [options] <nnet-in> <request-file> <inputs-rspecif
  e.g.:  nnet3-compute-request final.raw request.txt ark:io.ark ark,t:out.ark"""
 
 
-def _optimization_options(f: Any) -> Any:
-    from ..optimize.options import register_click_options
-
-    return register_click_options(f)
-
-
 @kaldi_command(USAGE)
-@_optimization_options
+@optimization_options
 @bool_option("--test-mode", False, "Set batch-norm and dropout components to test mode "
              "before computing (as nnet3-compute does).")
-@click.option("--computation.debug", "computation_debug", type=BOOL, default=False,
-              show_default=True, help="If true, turn on debug for the neural net computation "
-              "(very verbose!) Will be turned on regardless if --verbose >= 5")
-@click.option("--compiler.use-shortcut", "compiler_use_shortcut", type=BOOL, default=True,
-              show_default=True, help="If true, use the 'shortcut' in compilation.")
-@click.option("--cache-dir", default="", help="(pynnet3) Directory of the on-disk computation "
-              "cache (default: $PYNNET3_CACHE_DIR or ~/.cache/pynnet3/computations).")
-@bool_option("--use-disk-cache", True, "(pynnet3) Look computations up in, and add them to, "
-             "the on-disk cache.")
+@computation_options
+@compiler_options(names=("use_shortcut",), help={
+    "use_shortcut": "If true, use the 'shortcut' in compilation."})
+@disk_cache_options()
 @click.option("--backend", type=click.Choice(["numpy", "numba"]), default="numpy",
               show_default=True, help="Compute with the NumPy (reference) or the Numba CPU "
               "backend.")
@@ -53,17 +45,15 @@ def command(args: tuple[str, ...], **kw: Any) -> None:
     import copy
 
     from .. import log
-    from ..cache import CachingCompiler, CachingCompilerOptions
+    from ..cache import CachingCompiler
     from ..compile.request_io import read_request_file
-    from ..compute.computer import NnetComputeOptions
     from ..compute.request_run import compute_request, required_input_names
     from ..errors import PynnetError
     from ..nnet.model_io import read_nnet, write_nnet
-    from ..optimize.options import options_from_click_kwargs
     from ..io.table import MATRIX_HOLDER, SequentialTableReader, TableWriter
 
     nnet_rxfilename, request_rxfilename, inputs_rspecifier, outputs_wspecifier = args
-    optimize_options = options_from_click_kwargs(kw)
+    optimize_options = optimize_options_from(kw)
     nnet = read_nnet(nnet_rxfilename)
     if kw["test_mode"]:
         from ..nnet.utils import set_batchnorm_test_mode, set_dropout_test_mode
@@ -77,9 +67,8 @@ def command(args: tuple[str, ...], **kw: Any) -> None:
         for key, matrix in reader:
             if key in wanted:
                 inputs[key] = matrix
-    compiler = CachingCompiler(nnet, CachingCompilerOptions(
-        use_shortcut=kw["compiler_use_shortcut"]), optimize_options,
-        cache_dir=kw["cache_dir"] or None, use_disk=kw["use_disk_cache"])
+    compiler = CachingCompiler(nnet, compiler_options_from(kw), optimize_options,
+                               cache_dir=kw["cache_dir"] or None, use_disk=kw["use_disk_cache"])
     updated = None
     if kw["write_model"]:
         if not request.need_model_derivative:
@@ -88,7 +77,7 @@ def command(args: tuple[str, ...], **kw: Any) -> None:
     results = compute_request(
         nnet, request, inputs, compiler,
         backend="reference" if kw["backend"] == "numpy" else "cpu",
-        compute_options=NnetComputeOptions(debug=kw["computation_debug"]),
+        compute_options=computation_options_from(kw),
         nnet_to_update=updated)
     if updated is not None:
         write_nnet(kw["write_model"], updated, kw["binary"])

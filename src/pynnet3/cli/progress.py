@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TextIO
+from typing import Any, TextIO
 
 
 class Progress:
@@ -47,3 +47,14 @@ class Progress:
             self.stream.write("\r\033[K")
             self.stream.flush()
             self.enabled = False
+
+
+def progress_wanted(output_target: str, stream: Any = None) -> bool:
+    """A progress display only when stderr is a terminal and the output goes
+    to a file (not to stdout or a pipe, whose reader may share the terminal)."""
+    stream = stream if stream is not None else sys.stderr
+    target = output_target.strip()
+    if target in ("", "-") or target.startswith("|"):
+        return False
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())

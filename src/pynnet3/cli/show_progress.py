@@ -5,8 +5,9 @@ from typing import Any
 
 import click
 
-from .common import bool_option, check_num_args, kaldi_command, run
-from .train import build_compile_options, compiler_and_computation_options
+from ..train.diagnostics import NnetComputeProbOptions
+from .common import check_num_args, kaldi_command, options_from, register_options, run
+from .options import build_compile_options, compiler_and_computation_options, use_gpu_option
 
 USAGE = """Given an old and a new 'raw' nnet3 network and some training examples
 (possibly held-out), show the average objective function given the
@@ -23,24 +24,17 @@ e.g.: nnet3-show-progress 1.nnet 2.nnet ark:valid.egs"""
 @kaldi_command(USAGE)
 @click.option("--num-segments", type=int, default=1, show_default=True,
               help="Number of line segments used for computing derivatives")
-@click.option("--use-gpu", default="no", show_default=True,
-              help="yes|no|optional|wait, only has effect if compiled with CUDA (pynnet3 "
-              "computes this on the CPU)")
-@bool_option("--debug-computation", False, "If true, turn on debug for the actual computation "
-             "(very verbose!)")
-@bool_option("--compute-accuracy", True, "If true, compute accuracy values as well as objective "
-             "functions")
-@bool_option("--compute-per-dim-accuracy", False, "If true, compute accuracy values per-dim")
+@use_gpu_option("no", "yes|no|optional|wait, only has effect if compiled with CUDA (pynnet3 "
+                "computes this on the CPU)", check_choice=False)
+@register_options(NnetComputeProbOptions)
 @compiler_and_computation_options
 @click.argument("args", nargs=-1)
-def command(num_segments: int, use_gpu: str, debug_computation: bool, compute_accuracy: bool,
-            compute_per_dim_accuracy: bool, args: tuple[str, ...], **kwargs: Any) -> None:
+def command(num_segments: int, use_gpu: str, args: tuple[str, ...], **kwargs: Any) -> None:
     check_num_args(args, (2, 3))
     if num_segments < 1:
         raise click.UsageError("--num-segments must be at least 1")
     from ..compute.computer import NnetComputeOptions
     from ..nnet.model_io import read_nnet
-    from ..train.diagnostics import NnetComputeProbOptions
     from ..train.egs import iter_examples
     from ..train.show_progress import show_progress
 
@@ -48,13 +42,11 @@ def command(num_segments: int, use_gpu: str, debug_computation: bool, compute_ac
     nnet1 = read_nnet(args[0])
     nnet2 = read_nnet(args[1])
     examples = [eg for _, eg in iter_examples(args[2])] if len(args) == 3 else None
-    opts = NnetComputeProbOptions(
-        debug_computation=debug_computation, compute_deriv=True,
-        compute_accuracy=compute_accuracy, compute_per_dim_accuracy=compute_per_dim_accuracy,
-        optimize_config=optimize,
-        compute_config=NnetComputeOptions(debug=debug or debug_computation,
-                                          compress_matrices=False),
-        compiler_config=compiler)
+    opts = options_from(
+        NnetComputeProbOptions, kwargs, compute_deriv=True, optimize_config=optimize,
+        compiler_config=compiler,
+        compute_config=NnetComputeOptions(debug=debug or kwargs["debug_computation"],
+                                          compress_matrices=False))
     show_progress(nnet1, nnet2, examples, num_segments, opts)
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import numpy as np
@@ -59,7 +59,9 @@ class NnetComputeOptions:
     testing the compiler and the optimizations.
     """
 
-    debug: bool = False
+    debug: bool = field(default=False, metadata={
+        "flag": "debug", "help": "If true, turn on debug for the neural net computation (very "
+        "verbose!) Will be turned on regardless if --verbose >= 5"})
     compress_matrices: bool = True
     poison_undefined: bool = False
 

@@ -70,14 +70,33 @@ class NnetSimpleComputationOptions:
     the outputs (Kaldi's default 0.1; nnet3-compute uses 1.0).
     """
 
-    extra_left_context: int = 0
-    extra_right_context: int = 0
-    extra_left_context_initial: int = -1
-    extra_right_context_final: int = -1
-    frame_subsampling_factor: int = 1
-    frames_per_chunk: int = 50
-    acoustic_scale: float = 0.1
-    debug_computation: bool = False
+    extra_left_context: int = field(default=0, metadata={
+        "flag": "extra-left-context", "help": "Number of frames of additional left-context to "
+        "add on top of the neural net's inherent left context (may be useful in recurrent "
+        "setups"})
+    extra_right_context: int = field(default=0, metadata={
+        "flag": "extra-right-context", "help": "Number of frames of additional right-context "
+        "to add on top of the neural net's inherent right context (may be useful in recurrent "
+        "setups"})
+    extra_left_context_initial: int = field(default=-1, metadata={
+        "flag": "extra-left-context-initial", "help": "If >= 0, overrides the "
+        "--extra-left-context value at the start of an utterance."})
+    extra_right_context_final: int = field(default=-1, metadata={
+        "flag": "extra-right-context-final", "help": "If >= 0, overrides the "
+        "--extra-right-context value at the end of an utterance."})
+    frame_subsampling_factor: int = field(default=1, metadata={
+        "flag": "frame-subsampling-factor", "help": "Required if the frame-rate of the output "
+        "(e.g. in 'chain' models) is less than the frame-rate of the original alignment."})
+    frames_per_chunk: int = field(default=50, metadata={
+        "flag": "frames-per-chunk", "help": "Number of frames in each chunk that is separately "
+        "evaluated by the neural net.  Measured before any subsampling, if the "
+        "--frame-subsampling-factor options is used (i.e. counts input frames"})
+    acoustic_scale: float = field(default=0.1, metadata={
+        "flag": "acoustic-scale", "help": "Scaling factor for acoustic log-likelihoods "
+        "(caution: is a no-op if set in the program nnet3-compute"})
+    debug_computation: bool = field(default=False, metadata={
+        "flag": "debug-computation", "help": "If true, turn on debug for the actual "
+        "computation (very verbose!)"})
     optimize_config: "OptimizeOptions | None" = field(default_factory=_default_optimize_options)
     compute_config: NnetComputeOptions = field(default_factory=NnetComputeOptions)
     compiler_config: "CachingCompilerOptions" = field(default_factory=_default_compiler_options)

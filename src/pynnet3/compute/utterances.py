@@ -37,12 +37,24 @@ class Nnet3ComputeConfig:
 
     opts: NnetSimpleComputationOptions = field(
         default_factory=lambda: NnetSimpleComputationOptions(acoustic_scale=1.0))
-    ivector_rspecifier: str = ""
-    utt2spk_rspecifier: str = ""
-    online_ivector_rspecifier: str = ""
-    online_ivector_period: int = 0
-    apply_exp: bool = False
-    use_priors: bool = False
+    ivector_rspecifier: str = field(default="", metadata={
+        "flag": "ivectors", "help": "Rspecifier for iVectors as vectors (i.e. not estimated "
+        "online); per utterance by default, or per speaker if you provide the --utt2spk "
+        "option."})
+    utt2spk_rspecifier: str = field(default="", metadata={
+        "flag": "utt2spk", "help": "Rspecifier for utt2spk option used to get ivectors per "
+        "speaker"})
+    online_ivector_rspecifier: str = field(default="", metadata={
+        "flag": "online-ivectors", "help": "Rspecifier for iVectors estimated online, as "
+        "matrices.  If you supply this, you must set the --online-ivector-period option."})
+    online_ivector_period: int = field(default=0, metadata={
+        "flag": "online-ivector-period", "help": "Number of frames between iVectors in "
+        "matrices supplied to the --online-ivectors option"})
+    apply_exp: bool = field(default=False, metadata={
+        "flag": "apply-exp", "help": "If true, apply exp function to output"})
+    use_priors: bool = field(default=False, metadata={
+        "flag": "use-priors", "help": "If true, subtract the logs of the priors stored with "
+        "the model (in this case, a .mdl file is expected as input)."})
     # A backend name or object (pynnet3.compute.backend); None: the Kaldi
     # --use-gpu selection is done by the caller.
     backend: Any = "reference"
@@ -52,7 +64,11 @@ class Nnet3ComputeConfig:
     # Chunks computed together as one multi-sequence computation (the same
     # chunks and, up to float rounding, the same outputs as one at a time);
     # 1: one chunk per computation, as Kaldi's nnet3-compute.  See batched.py.
-    minibatch_size: int = 16
+    minibatch_size: int = field(default=16, metadata={
+        "flag": "minibatch-size", "help": "(pynnet3) Most chunks computed together, as the "
+        "sequences of one computation: the same chunks as one at a time and the same output "
+        "up to float rounding, much faster.  1: one chunk per computation, as Kaldi's "
+        "nnet3-compute."})
 
 
 @dataclass

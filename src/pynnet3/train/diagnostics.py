@@ -41,11 +41,16 @@ def _kaldi_compute_options() -> NnetComputeOptions:
 class NnetComputeProbOptions:
     """Kaldi's NnetComputeProbOptions (same names and defaults)."""
 
-    debug_computation: bool = False
+    debug_computation: bool = field(default=False, metadata={
+        "flag": "debug-computation", "help": "If true, turn on debug for the actual "
+        "computation (very verbose!)"})
     compute_deriv: bool = False
-    compute_accuracy: bool = True
+    compute_accuracy: bool = field(default=True, metadata={
+        "flag": "compute-accuracy", "help": "If true, compute accuracy values as well as "
+        "objective functions"})
     store_component_stats: bool = False
-    compute_per_dim_accuracy: bool = False
+    compute_per_dim_accuracy: bool = field(default=False, metadata={
+        "flag": "compute-per-dim-accuracy", "help": "If true, compute accuracy values per-dim"})
     optimize_config: Any = None          # OptimizeOptions; None = defaults
     compute_config: NnetComputeOptions = field(default_factory=_kaldi_compute_options)
     compiler_config: CachingCompilerOptions = field(default_factory=CachingCompilerOptions)

@@ -67,19 +67,52 @@ def _kaldi_compute_options() -> NnetComputeOptions:
 class NnetTrainerOptions:
     """Kaldi's NnetTrainerOptions: same names (with underscores), same defaults."""
 
-    zero_component_stats: bool = True
-    store_component_stats: bool = True
-    print_interval: int = 100
+    zero_component_stats: bool = field(default=True, metadata={
+        "flag": "zero-component-stats", "help": "If both this and --store-component-stats are "
+        "true, then the component stats are zeroed before training."})
+    store_component_stats: bool = field(default=True, metadata={
+        "flag": "store-component-stats", "help": "If true, store activations and derivatives "
+        "for nonlinear components during training."})
+    print_interval: int = field(default=100, metadata={
+        "flag": "print-interval", "help": "Interval (measured in minibatches) after which we "
+        "print out objective function during training"})
     debug_computation: bool = False
-    momentum: float = 0.0
-    l2_regularize_factor: float = 1.0
-    backstitch_training_scale: float = 0.0
-    backstitch_training_interval: int = 1
-    batchnorm_stats_scale: float = 0.8
-    read_cache: str = ""
-    write_cache: str = ""
-    binary_write_cache: bool = True       # accepted for Kaldi's scripts; see cache_file.py
-    max_param_change: float = 2.0
+    momentum: float = field(default=0.0, metadata={
+        "flag": "momentum", "help": "Momentum constant to apply during training (help "
+        "stabilize update).  e.g. 0.9.  Note: we automatically multiply the learning rate by "
+        "(1-momentum) so that the 'effective' learning rate is the same as before (because "
+        "momentum would normally increase the effective learning rate by 1/(1-momentum))"})
+    l2_regularize_factor: float = field(default=1.0, metadata={
+        "flag": "l2-regularize-factor", "help": "Factor that affects the strength of l2 "
+        "regularization on model parameters.  The primary way to specify this type of l2 "
+        "regularization is via the 'l2-regularize' configuration value at the config-file "
+        "level.  --l2-regularize-factor will be multiplied by the component-level l2-regularize "
+        "values and can be used to correct for effects related to parallelization by model "
+        "averaging."})
+    backstitch_training_scale: float = field(default=0.0, metadata={
+        "flag": "backstitch-training-scale", "help": "backstitch training factor. if 0 then in "
+        "the normal training mode. It is referred to as '\\alpha' in our publications."})
+    backstitch_training_interval: int = field(default=1, metadata={
+        "flag": "backstitch-training-interval", "help": "do backstitch training with the "
+        "specified interval of minibatches. It is referred to as 'n' in our publications."})
+    batchnorm_stats_scale: float = field(default=0.8, metadata={
+        "flag": "batchnorm-stats-scale", "help": "Factor by which we scale down the "
+        "accumulated stats of batchnorm layers after processing each minibatch.  Ensure that "
+        "the final model we write out has batchnorm stats that are fairly fresh."})
+    read_cache: str = field(default="", metadata={
+        "flag": "read-cache", "help": "The location from which to read the cached computation "
+        "(a pynnet3 cache directory or bundle file; see above)."})
+    write_cache: str = field(default="", metadata={
+        "flag": "write-cache", "help": "The location to which to write the cached computation "
+        "(a pynnet3 cache directory or bundle file; see above)."})
+    # accepted for Kaldi's scripts; see cache_file.py
+    binary_write_cache: bool = field(default=True, metadata={
+        "flag": "binary-write-cache", "help": "Write computation cache in binary mode (no "
+        "effect: pynnet3's cache format is always binary)."})
+    max_param_change: float = field(default=2.0, metadata={
+        "flag": "max-param-change", "help": "The maximum change in parameters allowed per "
+        "minibatch, measured in Euclidean norm over the entire model (change will be clipped "
+        "to this value)"})
     optimize_config: Any = None           # OptimizeOptions; None = defaults
     compute_config: NnetComputeOptions = field(default_factory=_kaldi_compute_options)
     compiler_config: CachingCompilerOptions = field(default_factory=CachingCompilerOptions)
