@@ -4,11 +4,13 @@
   bit for bit where the reference's float operations are reproduced; its
   opt-in parallel kernels on every case too (marked slow: compiling them
   all takes ~20 s on a cold Numba cache) and on larger shapes.
-* The cpu backend under the executor: the executor's own tests
-  (test_computer.py) run again with ``cpu`` as the default backend, and on
-  Kaldi's random test computations the two backends' outputs and input
-  derivatives agree to 1e-6 relative.
-* ``select_backend`` (Kaldi's --use-gpu) without a GPU.
+* The cpu backend under the executor: the executor's checks
+  (computer_checks.py, which test_computer.py runs on the reference backend)
+  run again with ``cpu`` as the default backend, and on Kaldi's random test
+  computations the two backends' outputs and input derivatives agree to
+  1e-6 relative.
+* ``select_backend`` (Kaldi's --use-gpu) and ``select_compute_backend``
+  (nnet3-compute's choice) without a GPU.
 * The CUDA kernels: tests/compute/cuda/ runs in a subprocess with the CUDA
   simulator switched on (NUMBA_ENABLE_CUDASIM=1 must be set before Numba is
   imported, so it cannot be switched on inside this process without leaking
@@ -26,13 +28,14 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 
-import tests.compute.test_computer as tc
 from pynnet3.compute import NnetComputeOptions, NnetComputer
 from pynnet3.compute import backend as backend_module
 from pynnet3.compute import computer as computer_module
-from pynnet3.compute.backend import Backend, get_backend, select_backend
+from pynnet3.compute.backend import (Backend, get_backend, select_backend,
+                                     select_compute_backend)
 from pynnet3.compute.backend.tables import IndexTable, make_multi_plan
-from pynnet3.errors import PynnetError
+from pynnet3.errors import ConfigError, DeviceError, PynnetError
+from tests.compute import computer_checks as checks
 from tests.compute.backend_cases import CASES
 
 F32 = np.float32
@@ -147,25 +150,25 @@ def cpu_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_computer_tests_on_cpu(cpu_by_default: None) -> None:
-    comp, _ = tc.new_computation([(1, 4)])
-    assert NnetComputer(NnetComputeOptions(), comp, tc.small_nnet()).backend.name == "cpu"
-    tc.test_row_commands_match_loops()
-    tc.test_compress_commands_in_computer()
-    tc.test_goto_loop_over_chunks()
-    tc.test_errors()
-    tc.test_store_stats_after_in_place_propagate_gets_empty_input()
-    for args in [(True, tc.T.BACKPROP, True, "update"), (False, tc.T.BACKPROP, False, "stats")]:
-        tc.test_memo_stats_and_update_target(*args)
+    comp, _ = checks.new_computation([(1, 4)])
+    assert NnetComputer(NnetComputeOptions(), comp, checks.small_nnet()).backend.name == "cpu"
+    checks.check_row_commands_match_loops()
+    checks.check_compress_commands_in_computer()
+    checks.check_goto_loop_over_chunks()
+    checks.check_errors()
+    checks.check_store_stats_after_in_place_propagate_gets_empty_input()
+    for args in [(True, checks.T.BACKPROP, True, "update"), (False, checks.T.BACKPROP, False, "stats")]:
+        checks.check_memo_stats_and_update_target(*args)
 
 
 def test_vosk_computation_on_cpu(cpu_by_default: None, vosk_mdl: Path) -> None:
-    tc.test_vosk_computation_matches_nnet3_compute(vosk_mdl)
+    checks.check_vosk_computation_matches_nnet3_compute(vosk_mdl)
 
 
 def _run_case(seed: str, backend: str) -> dict[str, np.ndarray]:
     import kaldiio
 
-    d, nnet, comp = tc._load_case(seed)
+    d, nnet, comp = checks.load_case(seed)
     io = dict(kaldiio.load_ark(str(d / "io.ark")))
     computer = NnetComputer(NnetComputeOptions(), comp, nnet,
                             nnet_to_update=copy.deepcopy(nnet), backend=backend)
@@ -187,7 +190,7 @@ def _run_case(seed: str, backend: str) -> dict[str, np.ndarray]:
     return out
 
 
-@pytest.mark.parametrize("seed", tc._random_dirs()[::3] or ["000"])
+@pytest.mark.parametrize("seed", checks.random_dirs()[::3] or ["000"])
 def test_cpu_equals_reference_on_kaldi_computations(seed: str) -> None:
     try:
         want = _run_case(seed, "reference")
@@ -216,8 +219,26 @@ def test_select_backend_without_gpu(monkeypatch: pytest.MonkeyPatch,
     for choice in ("yes", "wait"):
         with pytest.raises(PynnetError, match=f"No CUDA GPU detected.*use-gpu={choice}.*no GPU"):
             select_backend(choice)
-    with pytest.raises(PynnetError, match="passed 'maybe'"):
+    with pytest.raises(ConfigError, match="passed 'maybe'"):
         select_backend("maybe")
+
+
+def test_select_compute_backend_without_gpu(monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """nnet3-compute's choice: the CPU backend named by --cpu-backend unless
+    a GPU is usable or asked for."""
+    monkeypatch.setattr(backend_module, "cuda_unavailable_reason", lambda: "no GPU here")
+    monkeypatch.setattr(backend_module, "gpu_may_be_present", lambda: False)
+    assert select_compute_backend(None).name == "reference"
+    assert select_compute_backend(None, "numba").name == "cpu"
+    assert select_compute_backend("no", "numba").name == "cpu"
+    assert "Manually selected to compute on CPU." in capsys.readouterr().err
+    assert select_compute_backend("optional").name == "reference"
+    monkeypatch.setattr(backend_module, "gpu_may_be_present", lambda: True)
+    assert select_compute_backend(None).name == "reference"
+    for choice in ("yes", "wait"):
+        with pytest.raises(DeviceError, match=f"No CUDA GPU detected.*use-gpu={choice}"):
+            select_compute_backend(choice)
 
 
 def test_select_backend_here() -> None:

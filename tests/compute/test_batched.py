@@ -26,8 +26,8 @@ from pynnet3.compute.batched import (ChunkBatchComputer, ChunkShape, batch_sizes
 from pynnet3.compute.decodable import DecodableNnetSimple, NnetSimpleComputationOptions
 from pynnet3.errors import ConfigError
 from pynnet3.nnet.nnet import Nnet
-from tests.compute.test_nnet3_compute import (SMALL, SMALL_CI, TINY_CONFIG, assert_close,
-                                              load_ark, new_compiler, small_case)
+from tests.compute.nnet3_compute_cases import (SMALL, SMALL_CI, TINY_CONFIG, assert_close,
+                                               load_ark, new_compiler, small_case)
 
 kaldiio = pytest.importorskip("kaldiio")
 
@@ -108,7 +108,7 @@ def test_tiny_batched_equals_one_at_a_time(tiny: Nnet, fields: dict[str, Any],
 def test_vosk_batched_against_kaldi(vosk_mdl: Path) -> None:
     from pynnet3.compute.decodable import prepare_nnet_for_test
     from pynnet3.nnet.model_io import read_nnet
-    from tests.conftest import reference_dir
+    from tests.helpers import reference_dir
 
     ref_dir = reference_dir() / "vosk_ko"
     nnet = read_nnet(str(vosk_mdl))

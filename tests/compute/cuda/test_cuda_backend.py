@@ -101,13 +101,13 @@ def cuda_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_computer_on_cuda(cuda_by_default: None) -> None:
     """The executor's hand-made computations (every row command, memos, the
     host fallback of a Python component, compression) on the device."""
-    import tests.compute.test_computer as tc
+    from tests.compute import computer_checks as checks
 
-    tc.test_row_commands_match_loops()
-    tc.test_compress_commands_in_computer()
-    tc.test_goto_loop_over_chunks()
-    tc.test_errors()
-    tc.test_memo_stats_and_update_target(True, tc.T.BACKPROP, True, "update")
+    checks.check_row_commands_match_loops()
+    checks.check_compress_commands_in_computer()
+    checks.check_goto_loop_over_chunks()
+    checks.check_errors()
+    checks.check_memo_stats_and_update_target(True, checks.T.BACKPROP, True, "update")
 
 
 def test_bounds_are_checked_before_launch(cuda_backend: Any) -> None:
