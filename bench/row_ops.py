@@ -189,7 +189,7 @@ def main() -> int:
     if not args.no_model:
         mdl = args.mdl or next((p for p in VOSK_CANDIDATES if p.is_file()), None)
         if mdl is None:
-            print("# vosk model not found (tests/conftest.py downloads it); skipped")
+            print("# vosk model not found (tests/helpers.py downloads it); skipped")
         else:
             row("vosk forward 1x150", vosk_forward(mdl, args.optimize))
     return 0
