@@ -116,3 +116,21 @@ def test_library_options_carry_flags(module: str, cls: str) -> None:
         assert f.metadata["help"] and "_" not in f.metadata["flag"]
         _command(register_options(spec, names=(f.name,)))   # a click type for each
     assert dataclasses.is_dataclass(spec)
+
+
+def test_optimize_options_metadata_registers_as_before() -> None:
+    """OptimizeOptions with Kaldi's flags and help in its fields' metadata
+    (the convention) registers exactly the options that optimize.options'
+    own register_click_options does (while that still exists)."""
+    options = pytest.importorskip("pynnet3.optimize.options")
+    if not hasattr(options, "register_click_options") or not hasattr(options, "_HELP"):
+        pytest.skip("optimize.options no longer registers its own options")
+    fields = [(f.name, f.type, field(default=f.default, metadata={
+        "flag": options._FLAGS[f.name], "help": options._HELP[f.name]} if f.name in options._FLAGS
+        else {})) for f in dataclasses.fields(OptimizeOptions)]
+    annotated = dataclasses.make_dataclass("OptimizeOptions", fields, frozen=True)
+    new, _ = _command(register_options(annotated, prefix="optimization"))
+    old, _ = _command(options.register_click_options)
+    assert [(p.name, p.opts, p.default, p.help, p.show_default, type(p.type))
+            for p in new.params] == [(p.name, p.opts, p.default, p.help, p.show_default,
+                                      type(p.type)) for p in old.params]
