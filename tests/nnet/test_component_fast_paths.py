@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from pynnet3.nnet.components.normalize import BatchNormComponent
-from pynnet3.nnet.components.simple import LogSoftmaxComponent
+from pynnet3.nnet.components.nonlinearities import LogSoftmaxComponent
 from pynnet3.nnet.config_line import ConfigLine
 
 F32 = np.float32

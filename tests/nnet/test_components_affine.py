@@ -17,8 +17,9 @@ from pynnet3.nnet.components.affine import (AffineComponent, BlockAffineComponen
                                             FixedAffineComponent, LinearComponent,
                                             NaturalGradientAffineComponent,
                                             NaturalGradientRepeatedAffineComponent,
-                                            OnlineNaturalGradient, RepeatedAffineComponent)
-from pynnet3.nnet.components.affine2 import TdnnComponent, TdnnPrecomputedIndexes
+                                            RepeatedAffineComponent)
+from pynnet3.nnet.components.natural_gradient import OnlineNaturalGradient
+from pynnet3.nnet.components.tdnn import TdnnComponent, TdnnPrecomputedIndexes
 from pynnet3.nnet.components.base import Prop, read_component, set_random_seed
 from pynnet3.nnet.config_line import ConfigLine
 from pynnet3.nnet.index import K_NO_TIME, Index

@@ -14,9 +14,10 @@ from pynnet3.io.kaldi_io import KaldiReader, KaldiWriter
 from pynnet3.nnet.components.attention import RestrictedAttentionComponent
 from pynnet3.nnet.components.base import (Prop, new_component_of_type, read_component,
                                           set_random_seed)
-from pynnet3.nnet.components.combined import (CompositeComponent, GruNonlinearityComponent,
-                                              LstmNonlinearityComponent,
-                                              OutputGruNonlinearityComponent)
+from pynnet3.nnet.components.composite import CompositeComponent
+from pynnet3.nnet.components.recurrent import (GruNonlinearityComponent,
+                                               LstmNonlinearityComponent,
+                                               OutputGruNonlinearityComponent)
 from pynnet3.nnet.components.convolution import (ConvolutionComponent, MaxpoolingComponent,
                                                  TimeHeightConvolutionComponent)
 from pynnet3.nnet.config_line import ConfigLine

@@ -25,7 +25,7 @@ from pynnet3.errors import ConfigError
 from pynnet3.io.kaldi_io import KaldiReader, KaldiWriter
 from pynnet3.nnet.components import base
 from pynnet3.nnet.components.base import Prop, new_component_of_type, read_component
-from pynnet3.nnet.components import simple
+from pynnet3.nnet.components import nonlinearities
 from pynnet3.nnet.config_line import ConfigLine
 
 REF = "/work/shared/reference"
@@ -269,7 +269,7 @@ def _with_stats(c):
 @pytest.mark.parametrize("binary", [True, False])
 def test_write_read_write(comp_type, config, binary):
     c = cfg(config, comp_type)
-    if isinstance(c, simple.NonlinearComponent):
+    if isinstance(c, nonlinearities.NonlinearComponent):
         _with_stats(c)
     b1 = write_bytes(c, binary)
     assert b1.startswith(f"<{comp_type}> ".encode()) and b1.rstrip().endswith(f"</{comp_type}>".encode())
@@ -279,7 +279,7 @@ def test_write_read_write(comp_type, config, binary):
     # Kaldi's does); after one cycle the file values are a fixed point only up
     # to that rounding, so compare infos and, for the others, exact bytes.
     b2 = write_bytes(c2, binary)
-    if isinstance(c, simple.NonlinearComponent):
+    if isinstance(c, nonlinearities.NonlinearComponent):
         assert c2.info() == c.info()
         assert len(b2) == len(b1)
     else:
@@ -342,7 +342,7 @@ def test_legacy_reads():
     # Nonlinear component without the oderiv stats and without the opening tag.
     r = KaldiReader(b"<Dim> 2 <ValueAvg> [ 1 2 ] <DerivAvg> [ ] <Count> 4 </TanhComponent> ",
                     False, "t")
-    c = simple.TanhComponent()
+    c = nonlinearities.TanhComponent()
     c.read(r)
     assert c.value_sum.tolist() == [4.0, 8.0] and c.oderiv_sumsq.shape == (0,)
     # Old ClipGradientComponent without the self-repair fields.
@@ -404,7 +404,7 @@ def test_small_trained_models_info():
             assert comp.info() == infos[name], (d, name)
             n += 1
             mine = write_bytes(comp, True)
-            if isinstance(comp, simple.NonlinearComponent):
+            if isinstance(comp, nonlinearities.NonlinearComponent):
                 assert len(mine) == len(ref)
                 mv, rv = binary_float_vectors(mine), binary_float_vectors(ref)
                 assert len(mv) == len(rv) == 3
@@ -435,7 +435,7 @@ def test_binary_to_text_matches_kaldi_copy():
             s, e = tspans[name]
             assert write_bytes(comp, False) == tdata[s:e].rstrip(b"\n"), (bin_model, name)
             n += 1
-            n_stats += isinstance(comp, simple.NonlinearComponent) and comp.count > 0
+            n_stats += isinstance(comp, nonlinearities.NonlinearComponent) and comp.count > 0
     assert n >= 60 and n_stats >= 30
 
 
@@ -603,8 +603,8 @@ def test_sum_block_adds():
 
 def test_sigmoid_tanh_float_formulas():
     x = np.linspace(-30, 30, 2001, dtype=np.float32).reshape(1, -1)
-    s = simple.sigmoid_f32(x)
-    t = simple.tanh_f32(x)
+    s = nonlinearities.sigmoid_f32(x)
+    t = nonlinearities.tanh_f32(x)
     np.testing.assert_allclose(s, 1 / (1 + np.exp(-x.astype(np.float64))), rtol=3e-7, atol=1e-30)
     np.testing.assert_allclose(t, np.tanh(x.astype(np.float64)), rtol=0, atol=2e-7)
     assert s.dtype == np.float32 and np.all((s >= 0) & (s <= 1))
@@ -665,7 +665,7 @@ def test_per_element_updates():
 def test_self_repair(monkeypatch):
     """ReLU self-repair adds +scale/0.5 for rarely-active units and -scale/0.5
     for always-active ones; Sigmoid/Tanh push saturated outputs back."""
-    monkeypatch.setattr(simple.NonlinearComponent, "_repair_probability_skip", lambda self: False)
+    monkeypatch.setattr(nonlinearities.NonlinearComponent, "_repair_probability_skip", lambda self: False)
     r = cfg("dim=3 self-repair-scale=1e-05", "RectifiedLinearComponent")
     r.value_sum = np.array([1.0, 1.0, 1.0])
     r.deriv_sum = np.array([0.01, 0.5, 0.99]) * 100

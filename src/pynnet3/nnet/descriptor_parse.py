@@ -64,11 +64,6 @@ _INF_NAN = {
 }
 
 
-def f32(value: float) -> float:
-    """Round to float32 (Kaldi's BaseFloat) and return a Python float."""
-    return float(np.float32(value))
-
-
 def string_to_real(text: str) -> Optional[float]:
     """Kaldi's ConvertStringToReal<float>: the float32 value, or None.
 
