@@ -14,8 +14,6 @@ from .base import randn
 
 
 F32 = np.float32
-
-
 F64 = np.float64
 
 
