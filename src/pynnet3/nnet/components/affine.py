@@ -22,6 +22,7 @@ from ..config_line import ConfigLine
 from .base import (Component, Prop, UpdatableComponent, fmt_g, print_parameter_stats, randn,
                    register, reshape_rows)
 from .natural_gradient import OnlineNaturalGradient, precondition_in_out
+from .numeric import scale_arrays
 
 
 def verbose_level() -> int:
@@ -106,15 +107,6 @@ def _read_end_of_common(r: KaldiReader, comp: UpdatableComponent) -> None:
         raise r.error(f"{comp.type_name}: expected <LearningRate>, got {token[:40]}")
 
 
-def _scale_arrays(alpha: float, *arrays: np.ndarray) -> None:
-    # Scaling by exactly zero sets to zero, so that NaN/inf disappear (Kaldi).
-    for a in arrays:
-        if alpha == 0.0:
-            a[...] = 0.0
-        else:
-            a *= np.float32(alpha)
-
-
 def _add_arrays(alpha: float, pairs: list[tuple[np.ndarray, np.ndarray]]) -> None:
     a = np.float32(alpha)
     for dst, src in pairs:
@@ -149,7 +141,7 @@ class AffineParamsMixin:
         return int(self.linear_params.size + self.bias_params.size)
 
     def scale(self, alpha: float) -> None:
-        _scale_arrays(alpha, self.linear_params, self.bias_params)
+        scale_arrays(alpha, self.linear_params, self.bias_params)
 
     def add(self, alpha: float, other: Component) -> None:
         family = self._add_family or type(self)
@@ -592,7 +584,7 @@ class LinearComponent(UpdatableComponent):
         return int(self.params.size)
 
     def scale(self, alpha: float) -> None:
-        _scale_arrays(alpha, self.params)
+        scale_arrays(alpha, self.params)
 
     def add(self, alpha: float, other: Component) -> None:
         if not isinstance(other, LinearComponent):

@@ -49,3 +49,13 @@ def random_vector(dim: int, mean: float, stddev: float) -> np.ndarray:
 
 def row_sum(m: np.ndarray) -> np.ndarray:
     return m.sum(axis=0, dtype=F32)
+
+
+def scale_arrays(alpha: float, *arrays: np.ndarray) -> None:
+    """Kaldi's Scale(alpha) of float32 parameters: scaling by exactly zero
+    sets them to zero, so that NaN and inf disappear."""
+    for a in arrays:
+        if alpha == 0.0:
+            a[...] = 0.0
+        else:
+            a *= np.float32(alpha)
