@@ -19,8 +19,7 @@ import numpy as np
 from ... import log
 from ...io.kaldi_io import KaldiReader, KaldiWriter, f32
 from ..config_line import ConfigLine
-from .base import (Component, Prop, fmt_bool, fmt_g, register, reshape_rows, rng,
-                   summarize_vector)
+from .base import Component, Prop, fmt_bool, fmt_g, register, reshape_rows, rng, summarize_vector
 
 _F32 = np.float32
 

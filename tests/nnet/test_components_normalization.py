@@ -1,4 +1,4 @@
-"""NormalizeComponent and BatchNormComponent (normalize.py): config, I/O,
+"""NormalizeComponent and BatchNormComponent (normalization.py): config, I/O,
 statistics, Kaldi's nnet3-copy / nnet3-average bytes, propagate, and the
 in-place training-mode BatchNorm against its plain definition, bit for bit."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from pynnet3.errors import ConfigError, FormatError
 from pynnet3.io.kaldi_io import KaldiReader
 from pynnet3.nnet.components.base import Prop, read_component
-from pynnet3.nnet.components.normalize import BatchNormComponent
+from pynnet3.nnet.components.normalization import BatchNormComponent
 
 from tests.helpers_components import (F32, REF, assert_rewrite_round_trip, make_by_type, make_plain,
                                       require_ref, reread, typed_component_spans, write_bytes)
