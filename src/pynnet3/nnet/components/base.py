@@ -12,6 +12,12 @@ under its Kaldi type name (``AffineComponent``).  A component knows:
   ``is_computable``, ``reorder_indexes``, ``precompute_indexes``,
   ``propagate``, ``backprop``, ``store_stats`` ...).  Simple components use the
   defaults; their math is implemented in later stages.
+
+Besides the base classes, this module holds what several families share:
+the Info() statistics (:func:`summarize_vector`, :func:`print_parameter_stats`),
+the random generator, and the readers of config options and optional fields
+(:func:`split_ints`, :func:`read_vector_file`, :func:`read_common_then`,
+:class:`InOutDimComponent`).
 """
 from __future__ import annotations
 
@@ -534,6 +540,7 @@ def split_ints(cfl: ConfigLine, key: str, seps: str) -> list[int] | None:
 
 
 def expect_or_error(cond: bool, comp: Component, cfl: ConfigLine, what: str = "") -> None:
+    """Kaldi's InitFromConfig check: a ConfigError naming the type unless ``cond``."""
     if not cond:
         msg = "Invalid initializer for layer of type " + comp.type_name
         raise comp.config_error(cfl, msg + (f": {what}" if what else ""))
