@@ -35,6 +35,7 @@ def read_bytes(data: bytes, binary: bool):
     return read_component(KaldiReader(data, binary, "test"))
 
 
+# The component types of Kaldi's nnet-simple-component.{h,cc} (but the affine ones).
 SIMPLE_TYPES = [
     "SigmoidComponent", "TanhComponent", "RectifiedLinearComponent", "SoftmaxComponent",
     "LogSoftmaxComponent", "NoOpComponent", "ClipGradientComponent", "PnormComponent",
@@ -47,6 +48,7 @@ SIMPLE_TYPES = [
 
 
 def make_simple(line: str, comp_type: str):
+    """A component of type ``comp_type`` from its options alone, all of them used."""
     cfl = ConfigLine(line, "test.config", 1)
     comp = new_component_of_type(comp_type)
     comp.init_from_config(cfl)
@@ -68,22 +70,26 @@ def with_stats(c):
 
 
 def rand_matrix(rows, cols, seed=0, scale=2.0):
+    """A float32 matrix of normal values times ``scale``."""
     return (np.random.default_rng(seed).standard_normal((rows, cols)) * scale).astype(np.float32)
 
 
 def propagate_rows(comp, x, out_cols=None):
+    """Propagate of a simple component into a new zero matrix."""
     out = np.zeros((x.shape[0], out_cols or comp.output_dim()), dtype=np.float32)
     comp.propagate(None, x, out)
     return out
 
 
 def backprop_rows(comp, x, y, dy, to_update=None):
+    """Backprop of a simple component into a new input derivative."""
     dx = np.zeros_like(x)
     comp.backprop("", None, x, y, dy, None, to_update, dx)
     return dx
 
 
 def make_by_type(type_name: str, config: str):
+    """A component from a whole ``component name=x type=...`` line, all options used."""
     comp = new_component_of_type(type_name)
     cfl = ConfigLine(f"component name=x type={type_name} {config}", "test.config", 1)
     cfl.get_str("name")
@@ -94,6 +100,7 @@ def make_by_type(type_name: str, config: str):
 
 
 def reread(data: bytes, binary: bool):
+    """The component written in ``data``, which must hold nothing else."""
     r = KaldiReader(data, binary, "mem")
     comp = read_component(r)
     assert r.at_eof()
@@ -101,6 +108,7 @@ def reread(data: bytes, binary: bool):
 
 
 def assert_rewrite_round_trip(comp) -> None:
+    """Written, read and re-written: the same bytes, text and binary."""
     for binary in (False, True):
         data = write_bytes(comp, binary)
         again = write_bytes(reread(data, binary), binary)
@@ -130,12 +138,14 @@ def typed_component_spans(data: bytes, types: set[str]):
     return out
 
 
+# The affine family, TdnnComponent included.
 AFFINE_TYPES = {"AffineComponent", "NaturalGradientAffineComponent", "LinearComponent",
          "FixedAffineComponent", "BlockAffineComponent", "RepeatedAffineComponent",
          "NaturalGradientRepeatedAffineComponent", "TdnnComponent"}
 
 
 def make_affine(type_cls, line: str):
+    """Like :func:`make_component`, random parameters drawn from seed 1."""
     set_random_seed(1)
     c = type_cls()
     cfl = ConfigLine(f"component name=x type={type_cls.type_name} {line}", "test.config", 1)
@@ -157,6 +167,7 @@ def affine_info_lines(path: Path) -> dict[str, tuple[str, str]]:
 
 
 def make_component(cls, line: str):
+    """A component of class ``cls`` from a config line, random parameters drawn from seed 3."""
     set_random_seed(3)
     c = cls()
     cfl = ConfigLine(f"component name=x type={cls.type_name} {line}", "test.config", 1)
@@ -168,6 +179,7 @@ def make_component(cls, line: str):
 
 
 def assert_round_trip(c) -> None:
+    """Written and read back: same type, bytes and dims (and Info() in binary)."""
     for binary in (True, False):
         data = write_bytes(c, binary)
         c2 = read_bytes(data, binary)
@@ -181,6 +193,7 @@ F32 = np.float32
 
 
 def make_plain(cls: type, line: str):
+    """A component of class ``cls`` from a bare config line, unused options allowed."""
     comp = cls()
     comp.init_from_config(ConfigLine(line, "test.config", 1))
     return comp

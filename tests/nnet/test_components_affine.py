@@ -131,7 +131,8 @@ def test_block_and_repeated_config():
     assert ", num-blocks=4, linear-params-rms=" in b.info()
     with pytest.raises(ConfigError):
         make_affine(BlockAffineComponent, "input-dim=12 output-dim=9 num-blocks=4")
-    r = make_affine(RepeatedAffineComponent, "input-dim=12 output-dim=6 num-repeats=3 bias-mean=0.5")
+    r = make_affine(RepeatedAffineComponent,
+                    "input-dim=12 output-dim=6 num-repeats=3 bias-mean=0.5")
     assert r.linear_params.shape == (2, 4)
     assert (r.input_dim(), r.output_dim(), r.num_parameters()) == (12, 6, 10)
     assert np.all(r.bias_params == 0.5)  # bias-stddev defaults to 0 here
@@ -142,7 +143,8 @@ def test_block_and_repeated_config():
     ng = make_affine(NaturalGradientRepeatedAffineComponent, "input-dim=200 output-dim=10 "
                                                       "num-repeats=2")
     assert (ng.preconditioner_in.rank, ng.preconditioner_in.update_period) == (40, 4)
-    ng = make_affine(NaturalGradientRepeatedAffineComponent, "input-dim=2 output-dim=2 num-repeats=2")
+    ng = make_affine(NaturalGradientRepeatedAffineComponent,
+                     "input-dim=2 output-dim=2 num-repeats=2")
     assert ng.preconditioner_in.rank == 1
 
 
@@ -176,7 +178,8 @@ def _all_kinds() -> list:
         make_affine(FixedAffineComponent, "input-dim=4 output-dim=2"),
         make_affine(BlockAffineComponent, "input-dim=6 output-dim=4 num-blocks=2"),
         make_affine(RepeatedAffineComponent, "input-dim=6 output-dim=4 num-repeats=2"),
-        make_affine(NaturalGradientRepeatedAffineComponent, "input-dim=6 output-dim=4 num-repeats=2"),
+        make_affine(NaturalGradientRepeatedAffineComponent,
+                    "input-dim=6 output-dim=4 num-repeats=2"),
         make_affine(TdnnComponent, "input-dim=3 output-dim=2 time-offsets=-1,2"),
         make_affine(TdnnComponent, "input-dim=3 output-dim=2 time-offsets=0 use-bias=false "
                             "use-natural-gradient=false orthonormal-constraint=1"),

@@ -91,7 +91,7 @@ def test_simple_config_errors(comp_type, config):
 
 def test_simple_config_values():
     c = make_simple("dim=20 block-dim=5 self-repair-scale=2e-05 self-repair-lower-threshold=0.05",
-            "RectifiedLinearComponent")
+                    "RectifiedLinearComponent")
     assert c.info() == ("RectifiedLinearComponent, dim=20, block-dim=5, "
                         "self-repair-lower-threshold=0.05, self-repair-scale=2e-05")
     c = make_simple("sizes=2:3,1", "SumGroupComponent")
@@ -297,12 +297,15 @@ def test_general_config_dims_properties():
     assert c.info() == ("ConstantComponent, input-dim=6, output-dim=6, learning-rate=0.001, "
                         "ConstantComponent, output-dim=6, is-updatable=true, "
                         "use-natural-gradient=true, output-{mean,stddev}=1,0")
-    assert make_by_type("ConstantComponent", "output-dim=3 is-updatable=false").num_parameters() == 0
-    assert make_by_type("GeneralDropoutComponent", "dim=8 block-dim=4 time-period=10 continuous=true "
-                "specaugment-max-proportion=0").info() == (
+    assert make_by_type("ConstantComponent",
+                        "output-dim=3 is-updatable=false").num_parameters() == 0
+    assert make_by_type("GeneralDropoutComponent",
+                        "dim=8 block-dim=4 time-period=10 continuous=true "
+                        "specaugment-max-proportion=0").info() == (
         "GeneralDropoutComponent, dim=8, block-dim=4, dropout-proportion=0.5, continuous=true, "
         "time-period=10")
-    assert make_by_type("GeneralDropoutComponent", "dim=8 specaugment-max-proportion=0.25").info() == (
+    assert make_by_type("GeneralDropoutComponent",
+                        "dim=8 specaugment-max-proportion=0.25").info() == (
         "GeneralDropoutComponent, dim=8, block-dim=8, dropout-proportion=0.5, "
         "specaugment-max-proportion=0.25, specaugment-max-regions=1")
     assert make_by_type("DropoutMaskComponent", "output-dim=3 continuous=true").info() == (

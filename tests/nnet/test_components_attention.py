@@ -14,7 +14,8 @@ from tests.helpers_components import assert_round_trip, make_component
 
 
 def test_attention_config_io_hooks():
-    c = make_component(RestrictedAttentionComponent, "num-heads=2 key-dim=4 value-dim=3 time-stride=2 "
+    c = make_component(RestrictedAttentionComponent,
+                       "num-heads=2 key-dim=4 value-dim=3 time-stride=2 "
                                            "num-left-inputs=2 num-right-inputs=1 "
                                            "num-left-inputs-required=1 output-context=false")
     assert c.context_dim == 4
@@ -37,7 +38,8 @@ def test_attention_config_io_hooks():
 
 
 def test_attention_forward_and_stats():
-    c = make_component(RestrictedAttentionComponent, "num-heads=2 key-dim=3 value-dim=2 time-stride=1 "
+    c = make_component(RestrictedAttentionComponent,
+                       "num-heads=2 key-dim=3 value-dim=2 time-stride=1 "
                                            "num-left-inputs=2 num-right-inputs=1 "
                                            "num-left-inputs-required=0 "
                                            "num-right-inputs-required=0")

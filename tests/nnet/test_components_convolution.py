@@ -18,9 +18,9 @@ from tests.helpers_components import assert_round_trip, make_component, read_byt
 
 def test_time_height_conv_config_and_io():
     c = make_component(TimeHeightConvolutionComponent,
-             "num-filters-in=3 num-filters-out=6 height-in=12 height-out=10 "
-             "height-offsets=0,1,2 time-offsets=-1,0,1 required-time-offsets=-1 "
-             "use-natural-gradient=false rank-out=4 alpha-in=2.0 max-change=0.5")
+                       "num-filters-in=3 num-filters-out=6 height-in=12 height-out=10 "
+                       "height-offsets=0,1,2 time-offsets=-1,0,1 required-time-offsets=-1 "
+                       "use-natural-gradient=false rank-out=4 alpha-in=2.0 max-change=0.5")
     assert (c.input_dim(), c.output_dim()) == (36, 60)
     assert c.num_parameters() == 6 * 27 + 6
     assert c.properties() == (Prop.UPDATABLE | Prop.REORDERS_INDEXES | Prop.BACKPROP_ADDS
@@ -31,8 +31,8 @@ def test_time_height_conv_config_and_io():
     assert_round_trip(c)
     # 'offsets' form, default required offsets = all, init-unit
     c2 = make_component(TimeHeightConvolutionComponent,
-              "num-filters-in=2 num-filters-out=2 height-in=4 height-out=4 "
-              "offsets=1,0;0,0;0,-1;0,1;-1,0 init-unit=true")
+                        "num-filters-in=2 num-filters-out=2 height-in=4 height-out=4 "
+                        "offsets=1,0;0,0;0,-1;0,1;-1,0 init-unit=true")
     assert c2.model.offsets == [(-1, 0), (0, -1), (0, 0), (0, 1), (1, 0)]
     assert c2.model.required_time_offsets == {-1, 0, 1}
     block = c2.linear_params[:, 4:6]
@@ -58,8 +58,8 @@ def test_time_height_conv_bad_configs(line):
 
 def test_time_height_conv_hooks():
     c = make_component(TimeHeightConvolutionComponent,
-             "num-filters-in=1 num-filters-out=1 height-in=3 height-out=3 height-offsets=-1,0,1 "
-             "time-offsets=-2,0,2 required-time-offsets=0")
+                       "num-filters-in=1 num-filters-out=1 height-in=3 height-out=3 "
+                       "height-offsets=-1,0,1 time-offsets=-2,0,2 required-time-offsets=0")
     assert c.get_input_indexes(None, Index(1, 10, 0)) == [Index(1, 8), Index(1, 10), Index(1, 12)]
     ok, used = c.is_computable(None, Index(0, 5, 0), {Index(0, 5), Index(0, 7)})
     assert ok and used == [Index(0, 5), Index(0, 7)]
@@ -121,7 +121,8 @@ def test_time_height_conv_forward(line, t_in, t_out):
 
 
 def test_convolution_component():
-    c = make_component(ConvolutionComponent, "input-x-dim=5 input-y-dim=6 input-z-dim=2 filt-x-dim=3 "
+    c = make_component(ConvolutionComponent,
+                       "input-x-dim=5 input-y-dim=6 input-z-dim=2 filt-x-dim=3 "
                                    "filt-y-dim=2 filt-x-step=2 filt-y-step=2 num-filters=4 "
                                    "input-vectorization-order=yzx learning-rate=0.01")
     assert (c.input_dim(), c.output_dim(), c.num_parameters()) == (60, 2 * 3 * 4, 4 * 13)
@@ -158,7 +159,8 @@ def test_convolution_component():
 
 
 def test_maxpooling_component():
-    c = make_component(MaxpoolingComponent, "input-x-dim=4 input-y-dim=5 input-z-dim=6 pool-x-size=2 "
+    c = make_component(MaxpoolingComponent,
+                       "input-x-dim=4 input-y-dim=5 input-z-dim=6 pool-x-size=2 "
                                   "pool-y-size=3 pool-z-size=2 pool-x-step=2 pool-y-step=1 "
                                   "pool-z-step=2")
     assert (c.input_dim(), c.output_dim(), c.num_parameters()) == (120, 2 * 3 * 3, 0)
@@ -178,19 +180,22 @@ def test_maxpooling_component():
                 want = t[:, px * 2:px * 2 + 2, py:py + 3, pz * 2:pz * 2 + 2].max(axis=(1, 2, 3))
                 assert np.array_equal(y[:, (px * 3 + py) * 3 + pz], want)
     with pytest.raises(ConfigError):
-        make_component(MaxpoolingComponent, "input-x-dim=4 input-y-dim=5 input-z-dim=6 pool-x-size=3 "
+        make_component(MaxpoolingComponent,
+                       "input-x-dim=4 input-y-dim=5 input-z-dim=6 pool-x-size=3 "
                                   "pool-y-size=3 pool-z-size=2 pool-x-step=2 pool-y-step=1 "
                                   "pool-z-step=2")
 
 
 def test_bad_files_raise_format_error():
-    c = make_component(MaxpoolingComponent, "input-x-dim=2 input-y-dim=2 input-z-dim=2 pool-x-size=2 "
+    c = make_component(MaxpoolingComponent,
+                       "input-x-dim=2 input-y-dim=2 input-z-dim=2 pool-x-size=2 "
                                   "pool-y-size=2 pool-z-size=2 pool-x-step=1 pool-y-step=1 "
                                   "pool-z-step=1")
     data = write_bytes(c, False).replace(b"<PoolZStep> 1", b"<PoolZStep> 5")
     with pytest.raises(FormatError):
         read_bytes(data, False)
-    t = make_component(TimeHeightConvolutionComponent, "num-filters-in=1 num-filters-out=1 height-in=2 "
+    t = make_component(TimeHeightConvolutionComponent,
+                       "num-filters-in=1 num-filters-out=1 height-in=2 "
                                              "height-out=2 height-offsets=0 time-offsets=0")
     data = write_bytes(t, False).replace(b"[ 0,0 ]", b"[ 0;0 ]")
     with pytest.raises(FormatError):

@@ -38,7 +38,8 @@ def test_dropout_mask_hooks_and_propagate():
 
 
 def test_general_dropout_precompute_and_propagate():
-    c = make_by_type("GeneralDropoutComponent", "dim=4 block-dim=2 time-period=3 dropout-proportion=0.5")
+    c = make_by_type("GeneralDropoutComponent",
+                     "dim=4 block-dim=2 time-period=3 dropout-proportion=0.5")
     idx = [Index(0, -1), Index(0, 0), Index(0, 2), Index(0, 3), Index(1, 0), Index(0, -3)]
     pi = c.precompute_indexes(None, idx, idx, False)
     # (n, floor(t/3)): (0,-1)->0, (0,0)->1, (0,0)->1, (0,1)->2, (1,0)->3, (0,-1)->0
@@ -56,7 +57,7 @@ def test_general_dropout_precompute_and_propagate():
     y = np.ones((6, 4), dtype=np.float32)
     assert c.propagate(pi, y, y) is None and np.all(y == 1)
     s = make_by_type("GeneralDropoutComponent", "dim=10 specaugment-max-proportion=0.3 "
-             "specaugment-max-regions=2")
+                     "specaugment-max-regions=2")
     pi_s = s.precompute_indexes(None, idx, idx, False)
     mask = s._get_memo(50)
     assert set(np.unique(mask)) <= {0.0, 1.0} and (10 - mask.sum(1)).max() <= 3
@@ -70,7 +71,7 @@ def test_general_dropout_precompute_and_propagate():
 
 def test_specaugment_time_mask_precompute_and_propagate():
     c = make_by_type("SpecAugmentTimeMaskComponent", "dim=3 zeroed-proportion=0.5 "
-             "time-mask-max-frames=3")
+                     "time-mask-max-frames=3")
     idx = [Index(2, 1), Index(0, 5), Index(2, 0), Index(0, 4), Index(0, 6)]
     pi = c.precompute_indexes(None, idx, idx, False)
     assert pi.indexes == [[3, 1, 4], [2, 0]] and pi.tot_size == 5

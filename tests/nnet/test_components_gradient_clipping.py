@@ -13,7 +13,7 @@ def test_clip_gradient_backprop():
     x = rand_matrix(4, 3)
     dy = np.array([[10, 0, 0], [0.1, 0.2, 0.2], [-30, 40, 0], [1, 1, 1]], dtype=np.float32)
     c = make_simple("dim=3 clipping-threshold=5 norm-based-clipping=true self-repair-scale=0",
-            "ClipGradientComponent")
+                    "ClipGradientComponent")
     dx = backprop_rows(c, x, x, dy, to_update=c)
     norms = np.linalg.norm(dx, axis=1)
     np.testing.assert_allclose(norms, [5, 0.3, 5, np.sqrt(3)], rtol=1e-6)
@@ -29,7 +29,7 @@ def test_clip_gradient_backprop():
 
 def test_backprop_truncation_precompute_stats_and_propagate():
     c = make_by_type("BackpropTruncationComponent", "dim=2 scale=0.5 zeroing-interval=4 "
-             "recurrence-interval=2")
+                     "recurrence-interval=2")
     outs = [Index(n, t) for n in (0, 1) for t in range(-2, 6)]
     pi = c.precompute_indexes(None, outs, outs, False)
     ref = [-1.0 if (t - n) // 4 != (t - 2 - n) // 4 else 0.0 for n, t, _ in outs]

@@ -239,7 +239,7 @@ def component_info_lines(path: str) -> dict[str, str]:
 
 
 def check_family_model(path: str, binary: bool, info_path: str | None, counts: Counter,
-                check_bytes_for=lambda t: True) -> None:
+                       check_bytes_for=lambda t: True) -> None:
     data = open(path, "rb").read()
     infos = component_info_lines(info_path) if info_path else {}
     for name, type_name, start, end in typed_component_spans(data, NORMALIZE_GENERAL_TYPES):
@@ -275,7 +275,7 @@ def test_normalize_general_vosk_model_info_and_bytes():
     # own read+write of a model trained in memory is not byte-identical;
     # those bytes are checked against Kaldi's rewrites in the tests below.
     check_family_model(VOSK_MDL, True, f"{REF}/vosk_ko/nnet3-info.txt", counts,
-                check_bytes_for=lambda t: t != "BatchNormComponent")
+                       check_bytes_for=lambda t: t != "BatchNormComponent")
     assert counts["info", "BatchNormComponent"] == 19
     assert counts["info", "GeneralDropoutComponent"] == 15
     assert counts["bytes", "GeneralDropoutComponent"] == 15
@@ -287,7 +287,7 @@ def test_normalize_general_small_models_info_and_bytes():
     for d in sorted(glob.glob(f"{REF}/small/*_*/")):
         if os.path.exists(d + "1.raw"):
             check_family_model(d + "1.raw", True, d + "nnet3-info.txt", counts,
-                        check_bytes_for=lambda t: t != "BatchNormComponent")
+                               check_bytes_for=lambda t: t != "BatchNormComponent")
     for t in ("BatchNormComponent", "NormalizeComponent", "GeneralDropoutComponent",
               "BackpropTruncationComponent", "StatisticsPoolingComponent"):
         assert counts["info", t] > 0, t
@@ -306,7 +306,7 @@ def component_span_from(data: bytes, name: str, start: int) -> tuple[int, int]:
 
 
 def check_affine_model(path: Path, binary: bool, expected: dict,
-                info_source: dict | None = None) -> tuple[int, list[str], dict]:
+                       info_source: dict | None = None) -> tuple[int, list[str], dict]:
     """Read each listed component, compare Info() and the re-written bytes.
 
     Kaldi's nnet3-info ran on the binary model; a text model holds values
@@ -376,9 +376,10 @@ def test_affine_types_vosk_model_info_and_bytes():
     assert good == len(expected) == 37
 
 
-CONV_ATTENTION_RECURRENT_TYPES = {"TimeHeightConvolutionComponent", "ConvolutionComponent", "MaxpoolingComponent",
-         "RestrictedAttentionComponent", "LstmNonlinearityComponent",
-         "GruNonlinearityComponent", "OutputGruNonlinearityComponent", "CompositeComponent"}
+CONV_ATTENTION_RECURRENT_TYPES = {
+    "TimeHeightConvolutionComponent", "ConvolutionComponent", "MaxpoolingComponent",
+    "RestrictedAttentionComponent", "LstmNonlinearityComponent",
+    "GruNonlinearityComponent", "OutputGruNonlinearityComponent", "CompositeComponent"}
 
 
 def component_lines(path: Path) -> list[tuple[str, str, str]]:

@@ -29,7 +29,8 @@ def test_batchnorm_binary_to_text_matches_kaldi_copy():
             continue
         b = open(d + "1.raw", "rb").read()
         t = open(d + "1.txt.raw", "rb").read()
-        text_spans = {nm: (s, e) for nm, _, s, e in typed_component_spans(t, {"BatchNormComponent"})}
+        text_spans = {nm: (s, e) for nm, _, s, e in typed_component_spans(t,
+                                                                          {"BatchNormComponent"})}
         for name, _, s, e in typed_component_spans(b, {"BatchNormComponent"}):
             comp = read_component(KaldiReader(b, True, "b", pos=s))
             ts, te = text_spans[name]

@@ -21,7 +21,8 @@ def test_per_element_updates():
     dx = backprop_rows(c, x, None, dy, to_update=g)
     np.testing.assert_allclose(g.scales, (x * dy).sum(0), rtol=1e-6)
     assert np.array_equal(dx, dy * c.scales)
-    sao = make_simple("dim=3 use-natural-gradient=false learning-rate=0.5", "ScaleAndOffsetComponent")
+    sao = make_simple("dim=3 use-natural-gradient=false learning-rate=0.5",
+                      "ScaleAndOffsetComponent")
     sao.scales = np.array([2.0, -1.0, 0.5], dtype=np.float32)
     sao.offsets = np.array([0.1, 0.2, 0.3], dtype=np.float32)
     y = propagate_rows(sao, x)
@@ -34,8 +35,10 @@ def test_per_element_updates():
     np.testing.assert_allclose(delta.scales, (x * dy).sum(0), rtol=1e-4, atol=1e-5)
     ng = make_simple("dim=3", "NaturalGradientPerElementScaleComponent")
     before = ng.scales.copy()
-    backprop_rows(ng, x, None, dy, to_update=ng)    # natural gradient: tested in test_natural_gradient.py
+    # natural gradient: tested in test_natural_gradient.py
+    backprop_rows(ng, x, None, dy, to_update=ng)
     assert np.dot(ng.scales - before, (x * dy).sum(0)) > 0    # still uphill
-    o = make_simple("dim=3 learning-rate=0.1 use-natural-gradient=false", "PerElementOffsetComponent")
+    o = make_simple("dim=3 learning-rate=0.1 use-natural-gradient=false",
+                    "PerElementOffsetComponent")
     backprop_rows(o, x, None, dy, to_update=o)
     np.testing.assert_allclose(o.offsets, 0.1 * dy.sum(0), rtol=1e-6)

@@ -59,7 +59,8 @@ def test_lstm_nonlinearity():
 
 
 def test_gru_nonlinearities():
-    g = make_component(GruNonlinearityComponent, "cell-dim=5 recurrent-dim=3 self-repair-scale=2e-05")
+    g = make_component(GruNonlinearityComponent,
+                       "cell-dim=5 recurrent-dim=3 self-repair-scale=2e-05")
     assert (g.input_dim(), g.output_dim(), g.num_parameters()) == (3 * 5 + 2 * 3, 10, 15)
     assert g.properties() == (Prop.SIMPLE | Prop.UPDATABLE | Prop.BACKPROP_NEEDS_INPUT
                               | Prop.BACKPROP_NEEDS_OUTPUT | Prop.BACKPROP_ADDS)

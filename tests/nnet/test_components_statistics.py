@@ -54,7 +54,7 @@ def test_statistics_extraction_hooks():
 
 def test_statistics_pooling_hooks_and_propagate():
     c = make_by_type("StatisticsPoolingComponent", "input-dim=5 input-period=2 left-context=4 "
-             "right-context=2 num-log-count-features=1 output-stddevs=true")
+                     "right-context=2 num-log-count-features=1 output-stddevs=true")
     assert c.output_dim() == 5
     assert c.get_input_indexes(None, Index(0, 6, 0)) == [Index(0, 2), Index(0, 4), Index(0, 6),
                                                           Index(0, 8)]

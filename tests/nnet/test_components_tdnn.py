@@ -57,7 +57,8 @@ def test_precomputed_indexes_io():
     ([-2], [7], True, [0]),                                # a single frame
 ])
 def test_tdnn_indexes_and_propagate(offsets, out_ts, use_bias, xs):
-    c = make_affine(TdnnComponent, f"input-dim=3 output-dim=4 time-offsets={','.join(map(str, offsets))}"
+    c = make_affine(TdnnComponent,
+                    f"input-dim=3 output-dim=4 time-offsets={','.join(map(str, offsets))}"
                             f" use-bias={'true' if use_bias else 'false'}")
     outputs = [Index(n, t, x) for n in (0, 1) for t in out_ts for x in xs]
     needed = sorted({ix for o in outputs for ix in c.get_input_indexes(None, o)})

@@ -7,8 +7,8 @@ family, and so registers every type; use
 """
 from __future__ import annotations
 
-from . import (affine, attention, composite, constant, convolution, distribute, dropout,  # noqa: F401
-               fixed, gradient_clipping, nonlinearities, normalization, per_element, recurrent,
-               statistics, tdnn)
+from . import (affine, attention, composite, constant, convolution,  # noqa: F401
+               distribute, dropout, fixed, gradient_clipping, nonlinearities, normalization,
+               per_element, recurrent, statistics, tdnn)
 from .base import (Component, Prop, UpdatableComponent, component_types,  # noqa: F401
                    new_component_of_type, read_component, register)
