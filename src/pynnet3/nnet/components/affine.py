@@ -32,8 +32,8 @@ def verbose_level() -> int:
     return log.verbose_level()
 
 
-def _set_preconditioner(comp: Component, cfl: ConfigLine | None, r: KaldiReader | None,
-                        pre: OnlineNaturalGradient, **options: Any) -> None:
+def set_preconditioner(comp: Component, cfl: ConfigLine | None, r: KaldiReader | None,
+                       pre: OnlineNaturalGradient, **options: Any) -> None:
     """Apply options to a preconditioner, turning Kaldi's asserts into our errors."""
     try:
         pre.configure(**options)
@@ -89,18 +89,18 @@ def _split_affine_matrix(comp: Component, cfl: ConfigLine,
     return linear, bias
 
 
-def _random_params(rows: int, cols: int, stddev: float) -> np.ndarray:
+def random_params(rows: int, cols: int, stddev: float) -> np.ndarray:
     return np.ascontiguousarray(randn(rows, cols) * np.float32(stddev), dtype=np.float32)
 
 
-def _random_bias(dim: int, stddev: float, mean: float = 0.0) -> np.ndarray:
+def random_bias(dim: int, stddev: float, mean: float = 0.0) -> np.ndarray:
     b = randn(dim) * np.float32(stddev)
     if mean != 0.0:
         b = b + np.float32(mean)
     return np.ascontiguousarray(b, dtype=np.float32)
 
 
-def _read_end_of_common(r: KaldiReader, comp: UpdatableComponent) -> None:
+def read_end_of_common(r: KaldiReader, comp: UpdatableComponent) -> None:
     """Kaldi's affine-family readers need <LearningRate> in the common part."""
     token = comp.read_updatable_common(r)
     if token != "":
@@ -118,7 +118,7 @@ def _add_arrays(alpha: float, pairs: list[tuple[np.ndarray, np.ndarray]]) -> Non
             dst += a * src
 
 
-def _rows_of(in_value: np.ndarray, out_value: np.ndarray) -> None:
+def check_rows(in_value: np.ndarray, out_value: np.ndarray) -> None:
     if in_value.shape[0] != out_value.shape[0]:
         raise ValueError(f"propagate: {in_value.shape[0]} input rows vs "
                          f"{out_value.shape[0]} output rows")
@@ -203,8 +203,8 @@ class AffineComponent(AffineParamsMixin, UpdatableComponent):
         if not (output_dim > 0 and input_dim > 0 and param_stddev >= 0.0):
             raise ValueError(f"bad dims or param-stddev ({input_dim}, {output_dim}, "
                              f"{param_stddev})")
-        self.linear_params = _random_params(output_dim, input_dim, param_stddev)
-        self.bias_params = _random_bias(output_dim, bias_stddev, bias_mean)
+        self.linear_params = random_params(output_dim, input_dim, param_stddev)
+        self.bias_params = random_bias(output_dim, bias_stddev, bias_mean)
 
     def set_params(self, bias: np.ndarray, linear: np.ndarray) -> None:
         linear = np.ascontiguousarray(linear, dtype=np.float32)
@@ -248,7 +248,7 @@ class AffineComponent(AffineParamsMixin, UpdatableComponent):
 
     # -- I/O -------------------------------------------------------------
     def _read_params(self, r: KaldiReader) -> None:
-        _read_end_of_common(r, self)
+        read_end_of_common(r, self)
         r.expect_token("<LinearParams>")
         self.linear_params = r.read_matrix()
         r.expect_token("<BiasParams>")
@@ -296,7 +296,7 @@ class AffineComponent(AffineParamsMixin, UpdatableComponent):
 
     # -- math --------------------------------------------------------------
     def propagate(self, indexes: Any, in_value: np.ndarray, out_value: np.ndarray) -> None:
-        _rows_of(in_value, out_value)
+        check_rows(in_value, out_value)
         # bias + in * W^T, the product written straight into out_value
         # (x + b == b + x exactly, so this is Kaldi's result bit for bit).
         np.matmul(in_value, self.linear_params.T, out=out_value)
@@ -341,12 +341,12 @@ class NaturalGradientAffineComponent(AffineComponent):
     def _set_ng_configs(self, cfl: ConfigLine | None, r: KaldiReader | None, rank_in: int,
                         rank_out: int, update_period: int, num_samples_history: float,
                         alpha: float) -> None:
-        _set_preconditioner(self, cfl, r, self.preconditioner_in, rank=rank_in,
-                            update_period=update_period,
-                            num_samples_history=num_samples_history, alpha=alpha)
-        _set_preconditioner(self, cfl, r, self.preconditioner_out, rank=rank_out,
-                            update_period=update_period,
-                            num_samples_history=num_samples_history, alpha=alpha)
+        set_preconditioner(self, cfl, r, self.preconditioner_in, rank=rank_in,
+                           update_period=update_period,
+                           num_samples_history=num_samples_history, alpha=alpha)
+        set_preconditioner(self, cfl, r, self.preconditioner_out, rank=rank_out,
+                           update_period=update_period,
+                           num_samples_history=num_samples_history, alpha=alpha)
 
     def init_from_config(self, cfl: ConfigLine) -> None:
         self.is_gradient = False
@@ -498,7 +498,7 @@ class LinearComponent(UpdatableComponent):
             if not (output_dim > 0 and input_dim > 0 and param_stddev >= 0.0):
                 raise self.config_error(cfl, "input-dim and output-dim must be positive and "
                                              "param-stddev >= 0")
-            self.params = _random_params(output_dim, input_dim, param_stddev)
+            self.params = random_params(output_dim, input_dim, param_stddev)
         num_samples_history = cfl.get_float("num-samples-history", 2000.0)
         alpha = cfl.get_float("alpha", 4.0)
         rank_in = cfl.get_int("rank-in", -1)
@@ -516,15 +516,15 @@ class LinearComponent(UpdatableComponent):
     def _set_ng_configs(self, cfl: ConfigLine | None, r: KaldiReader | None, rank_in: int,
                         rank_out: int, update_period: int, num_samples_history: float,
                         alpha: float) -> None:
-        _set_preconditioner(self, cfl, r, self.preconditioner_in, rank=rank_in,
-                            update_period=update_period,
-                            num_samples_history=num_samples_history, alpha=alpha)
-        _set_preconditioner(self, cfl, r, self.preconditioner_out, rank=rank_out,
-                            update_period=update_period,
-                            num_samples_history=num_samples_history, alpha=alpha)
+        set_preconditioner(self, cfl, r, self.preconditioner_in, rank=rank_in,
+                           update_period=update_period,
+                           num_samples_history=num_samples_history, alpha=alpha)
+        set_preconditioner(self, cfl, r, self.preconditioner_out, rank=rank_out,
+                           update_period=update_period,
+                           num_samples_history=num_samples_history, alpha=alpha)
 
     def read(self, r: KaldiReader) -> None:
-        _read_end_of_common(r, self)
+        read_end_of_common(r, self)
         r.expect_token("<Params>")
         self.params = r.read_matrix()
         if r.peek_char() == "O":
@@ -615,7 +615,7 @@ class LinearComponent(UpdatableComponent):
 
     def propagate(self, indexes: Any, in_value: np.ndarray, out_value: np.ndarray) -> None:
         # PROPAGATE_ADDS: the caller has zeroed (or pre-filled) out_value.
-        _rows_of(in_value, out_value)
+        check_rows(in_value, out_value)
         add_mat_mat(1.0, in_value, self.params.T, 1.0, out_value)
         return None
 
@@ -713,7 +713,7 @@ class FixedAffineComponent(Component):
                 + print_parameter_stats("bias", self.bias_params, True))
 
     def propagate(self, indexes: Any, in_value: np.ndarray, out_value: np.ndarray) -> None:
-        _rows_of(in_value, out_value)
+        check_rows(in_value, out_value)
         # bias + in * W^T, the product written straight into out_value
         # (x + b == b + x exactly, so this is Kaldi's result bit for bit).
         np.matmul(in_value, self.linear_params.T, out=out_value)
@@ -784,12 +784,12 @@ class BlockAffineComponent(AffineParamsMixin, UpdatableComponent):
         bias_mean = cfl.get_float("bias-mean", 0.0)
         if param_stddev < 0.0 or bias_stddev < 0.0:
             raise self.config_error(cfl, "param-stddev and bias-stddev must be >= 0")
-        self.linear_params = _random_params(output_dim, input_dim // num_blocks, param_stddev)
-        self.bias_params = _random_bias(output_dim, bias_stddev, bias_mean)
+        self.linear_params = random_params(output_dim, input_dim // num_blocks, param_stddev)
+        self.bias_params = random_bias(output_dim, bias_stddev, bias_mean)
         self.num_blocks = num_blocks
 
     def read(self, r: KaldiReader) -> None:
-        _read_end_of_common(r, self)
+        read_end_of_common(r, self)
         r.expect_token("<NumBlocks>")
         self.num_blocks = r.read_int32()
         r.expect_token("<LinearParams>")
@@ -820,7 +820,7 @@ class BlockAffineComponent(AffineParamsMixin, UpdatableComponent):
                 + print_parameter_stats("bias", self.bias_params, True))
 
     def propagate(self, indexes: Any, in_value: np.ndarray, out_value: np.ndarray) -> None:
-        _rows_of(in_value, out_value)
+        check_rows(in_value, out_value)
         nb = self.num_blocks
         rows = in_value.shape[0]
         cols_in = self.linear_params.shape[1]
@@ -903,13 +903,13 @@ class RepeatedAffineComponent(AffineParamsMixin, UpdatableComponent):
         if param_stddev < 0.0:
             raise self.config_error(cfl, "param-stddev must be >= 0")
         self.num_repeats = num_repeats
-        self.linear_params = _random_params(output_dim // num_repeats,
-                                            input_dim // num_repeats, param_stddev)
-        self.bias_params = _random_bias(output_dim // num_repeats, bias_stddev, bias_mean)
+        self.linear_params = random_params(output_dim // num_repeats,
+                                           input_dim // num_repeats, param_stddev)
+        self.bias_params = random_bias(output_dim // num_repeats, bias_stddev, bias_mean)
         self.set_natural_gradient_configs()
 
     def read(self, r: KaldiReader) -> None:
-        _read_end_of_common(r, self)
+        read_end_of_common(r, self)
         r.expect_token("<NumRepeats>")
         self.num_repeats = r.read_int32()
         r.expect_token("<LinearParams>")
@@ -941,7 +941,7 @@ class RepeatedAffineComponent(AffineParamsMixin, UpdatableComponent):
 
     def propagate(self, indexes: Any, in_value: np.ndarray, out_value: np.ndarray) -> None:
         # Each row is num_repeats consecutive chunks; treat every chunk as a row.
-        _rows_of(in_value, out_value)
+        check_rows(in_value, out_value)
         rows = in_value.shape[0]
         block_in = self.linear_params.shape[1]
         x = np.ascontiguousarray(in_value).reshape(rows * self.num_repeats, block_in)

@@ -257,7 +257,7 @@ class ConstantFunctionComponent(UpdatableComponent):
                 deriv = np.array(out_deriv, dtype=F32, order="C", copy=True)
                 scale = to_update.preconditioner.precondition_directions(deriv)
                 to_update.output = axpy_f32(f32(scale * to_update.learning_rate),
-                                             row_sum(deriv), to_update.output)
+                                            row_sum(deriv), to_update.output)
             else:
                 to_update.output = axpy_f32(to_update.learning_rate, row_sum(out_deriv),
-                                             to_update.output)
+                                            to_update.output)

@@ -78,8 +78,8 @@ class DropoutComponent(Component):
         self.dropout_per_frame = cfl.get_bool("dropout-per-frame", False)
         self.test_mode = cfl.get_bool("test-mode", False)
         expect_or_error(dim is not None and prop is not None and dim > 0
-                         and 0.0 <= prop <= 1.0, self, cfl,
-                         "dim > 0 and dropout-proportion in [0, 1] required")
+                        and 0.0 <= prop <= 1.0, self, cfl,
+                        "dim > 0 and dropout-proportion in [0, 1] required")
         self.dim = dim
         self.dropout_proportion = f32(prop)
 

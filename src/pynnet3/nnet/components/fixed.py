@@ -141,15 +141,15 @@ class SumGroupComponent(Component):
         sizes = split_ints(cfl, "sizes", ":,")
         if sizes is not None:
             expect_or_error(bool(sizes) and all(s > 0 for s in sizes), self, cfl,
-                             "sizes must be positive")
+                            "sizes must be positive")
             self.init_sizes(sizes)
             return
         input_dim = cfl.get_int("input-dim")
         output_dim = cfl.get_int("output-dim")
         expect_or_error(input_dim is not None and output_dim is not None, self, cfl,
-                         "sizes, or input-dim and output-dim, required")
+                        "sizes, or input-dim and output-dim, required")
         expect_or_error(output_dim > 0 and input_dim > 0 and input_dim % output_dim == 0,
-                         self, cfl, "input-dim must be a multiple of output-dim")
+                        self, cfl, "input-dim must be a multiple of output-dim")
         self.init_sizes([input_dim // output_dim] * output_dim)
 
     def read(self, r: KaldiReader) -> None:
@@ -367,7 +367,7 @@ class FixedScaleComponent(Component):
             scale = cfl.get_float("scale")
             dim = cfl.get_int("dim")
             expect_or_error(dim is not None and not cfl.unused_values(), self, cfl,
-                             "scales=<file> or dim= required")
+                            "scales=<file> or dim= required")
             expect_or_error(dim > 0, self, cfl, "dim must be > 0")
             vec = (np.full(dim, scale, dtype=F32) if scale is not None else
                    rng().standard_normal(dim).astype(F32))
@@ -424,7 +424,7 @@ class FixedBiasComponent(Component):
         else:
             dim = cfl.get_int("dim")
             expect_or_error(dim is not None and not cfl.unused_values(), self, cfl,
-                             "bias=<file> or dim= required")
+                            "bias=<file> or dim= required")
             expect_or_error(dim > 0, self, cfl, "dim must be > 0")
             vec = rng().standard_normal(dim).astype(F32)
         expect_or_error(vec.shape[0] != 0, self, cfl, "empty bias")

@@ -56,9 +56,9 @@ class ClipGradientComponent(Component):
         self.self_repair_target = f32(cfl.get_float("self-repair-target", 0.0))
         self.self_repair_scale = f32(cfl.get_float("self-repair-scale", 1.0))
         expect_or_error(dim is not None and dim > 0 and self.clipping_threshold >= 0
-                         and self.self_repair_clipped_proportion_threshold >= 0.0
-                         and self.self_repair_target >= 0.0 and self.self_repair_scale >= 0.0,
-                         self, cfl, "dim > 0 and non-negative thresholds required")
+                        and self.self_repair_clipped_proportion_threshold >= 0.0
+                        and self.self_repair_target >= 0.0 and self.self_repair_scale >= 0.0,
+                        self, cfl, "dim > 0 and non-negative thresholds required")
         self.dim = dim
         self.num_clipped = self.count = self.num_self_repaired = self.num_backpropped = 0
 

@@ -544,9 +544,9 @@ class PnormComponent(InOutDimComponent):
         output_dim = cfl.get_int("output-dim")
         input_dim = cfl.get_int("input-dim")
         expect_or_error(output_dim is not None and input_dim is not None
-                         and output_dim > 0, self, cfl, "input-dim and output-dim > 0 required")
+                        and output_dim > 0, self, cfl, "input-dim and output-dim > 0 required")
         expect_or_error(input_dim > 0 and input_dim % output_dim == 0, self, cfl,
-                         "input-dim must be a positive multiple of output-dim")
+                        "input-dim must be a positive multiple of output-dim")
         self._input_dim, self._output_dim = input_dim, output_dim
 
     def propagate(self, indexes: Any, in_value: np.ndarray, out_value: np.ndarray) -> Any:

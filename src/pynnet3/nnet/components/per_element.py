@@ -349,12 +349,12 @@ class PerElementOffsetComponent(UpdatableComponent):
             reshaped = out_deriv.reshape(-1, block)
             if not to_update.use_natural_gradient or to_update.is_gradient:
                 to_update.offsets = axpy_f32(to_update.learning_rate, row_sum(reshaped),
-                                              to_update.offsets)
+                                             to_update.offsets)
             else:
                 deriv = np.array(reshaped, dtype=F32, order="C", copy=True)
                 scale = to_update.preconditioner.precondition_directions(deriv)
                 to_update.offsets = axpy_f32(f32(scale * to_update.learning_rate),
-                                              row_sum(deriv), to_update.offsets)
+                                             row_sum(deriv), to_update.offsets)
 
 
 @register
@@ -504,7 +504,7 @@ class ScaleAndOffsetComponent(UpdatableComponent):
                 deriv = np.array(od, dtype=F32, order="C", copy=True)
                 scale = to_update.offset_preconditioner.precondition_directions(deriv)
                 to_update.offsets = axpy_f32(f32(scale * lr), row_sum(deriv),
-                                              to_update.offsets)
+                                             to_update.offsets)
             else:
                 to_update.offsets = axpy_f32(lr, row_sum(od), to_update.offsets)
             # The input is reconstructed from the output (which is what the
@@ -516,7 +516,7 @@ class ScaleAndOffsetComponent(UpdatableComponent):
             if use_ng:
                 scale = to_update.scale_preconditioner.precondition_directions(scale_derivs)
             to_update.scales = axpy_f32(f32(scale * lr), row_sum(scale_derivs),
-                                         to_update.scales)
+                                        to_update.scales)
         if in_deriv is not None:
             # Uses self.scales after any update (when to_update is self), as Kaldi.
             in_deriv[...] = (od * self.scales).reshape(out_deriv.shape)
@@ -535,9 +535,9 @@ class ElementwiseProductComponent(InOutDimComponent):
         output_dim = cfl.get_int("output-dim")
         input_dim = cfl.get_int("input-dim")
         expect_or_error(output_dim is not None and input_dim is not None
-                         and output_dim > 0, self, cfl, "input-dim and output-dim > 0 required")
+                        and output_dim > 0, self, cfl, "input-dim and output-dim > 0 required")
         expect_or_error(input_dim > output_dim and input_dim % output_dim == 0, self, cfl,
-                         "input-dim must be a multiple (>1) of output-dim")
+                        "input-dim must be a multiple (>1) of output-dim")
         self._input_dim, self._output_dim = input_dim, output_dim
 
     def propagate(self, indexes: Any, in_value: np.ndarray, out_value: np.ndarray) -> Any:

@@ -21,8 +21,8 @@ from ...io.kaldi_io import KaldiReader, KaldiWriter, f32
 from ..config_line import ConfigLine
 from ..index import K_NO_TIME, Index, index_columns
 from ..index_lists import IndexList
-from .affine import (AffineParamsMixin, _random_bias, _random_params, _read_end_of_common,
-                     _set_preconditioner, verbose_level)
+from .affine import (AffineParamsMixin, random_bias, random_params, read_end_of_common,
+                     set_preconditioner, verbose_level)
 from .base import Prop, UpdatableComponent, fmt_g, print_parameter_stats, register
 from .natural_gradient import OnlineNaturalGradient, precondition_in_out
 from .tdnn_indexes import (_computation_io, _indexes_for_computation_columns,
@@ -151,9 +151,9 @@ class TdnnComponent(AffineParamsMixin, UpdatableComponent):
         spliced_input_dim = input_dim * len(offsets)
         if param_stddev < 0.0:
             param_stddev = 1.0 / math.sqrt(spliced_input_dim)
-        self.linear_params = _random_params(output_dim, spliced_input_dim, param_stddev)
+        self.linear_params = random_params(output_dim, spliced_input_dim, param_stddev)
         if use_bias:
-            self.bias_params = _random_bias(output_dim, bias_stddev, bias_mean)
+            self.bias_params = random_bias(output_dim, bias_stddev, bias_mean)
         else:
             self.bias_params = np.zeros((0,), dtype=np.float32)
 
@@ -168,16 +168,16 @@ class TdnnComponent(AffineParamsMixin, UpdatableComponent):
         if rank_out < 0:
             rank_out = min(80, (output_dim + 1) // 2)
         # The update period of a TdnnComponent is fixed at 4.
-        _set_preconditioner(self, cfl, None, self.preconditioner_in, rank=rank_in,
-                            num_samples_history=num_samples_history, alpha=alpha_in,
-                            update_period=4)
-        _set_preconditioner(self, cfl, None, self.preconditioner_out, rank=rank_out,
-                            num_samples_history=num_samples_history, alpha=alpha_out,
-                            update_period=4)
+        set_preconditioner(self, cfl, None, self.preconditioner_in, rank=rank_in,
+                           num_samples_history=num_samples_history, alpha=alpha_in,
+                           update_period=4)
+        set_preconditioner(self, cfl, None, self.preconditioner_out, rank=rank_out,
+                           num_samples_history=num_samples_history, alpha=alpha_out,
+                           update_period=4)
 
     # -- I/O -------------------------------------------------------------
     def read(self, r: KaldiReader) -> None:
-        _read_end_of_common(r, self)
+        read_end_of_common(r, self)
         r.expect_token("<TimeOffsets>")
         self.time_offsets = r.read_int_vector()
         r.expect_token("<LinearParams>")
@@ -202,12 +202,12 @@ class TdnnComponent(AffineParamsMixin, UpdatableComponent):
         r.expect_token("<RankInOut>")
         rank_in = r.read_int32()
         rank_out = r.read_int32()
-        _set_preconditioner(self, None, r, self.preconditioner_in, rank=rank_in,
-                            num_samples_history=num_samples_history, alpha=alpha_in,
-                            update_period=4)
-        _set_preconditioner(self, None, r, self.preconditioner_out, rank=rank_out,
-                            num_samples_history=num_samples_history, alpha=alpha_out,
-                            update_period=4)
+        set_preconditioner(self, None, r, self.preconditioner_in, rank=rank_in,
+                           num_samples_history=num_samples_history, alpha=alpha_in,
+                           update_period=4)
+        set_preconditioner(self, None, r, self.preconditioner_out, rank=rank_out,
+                           num_samples_history=num_samples_history, alpha=alpha_out,
+                           update_period=4)
         r.expect_token("</TdnnComponent>")
         problem = self.check()
         if problem is not None:
