@@ -357,7 +357,7 @@ def test_rebuilt_precomputed_indexes_equal_and_shared(tdnn_case) -> None:
 
 
 def test_backprop_truncation_zeroing_matches_loop() -> None:
-    from pynnet3.nnet.components.backprop_truncation import BackpropTruncationComponent
+    from pynnet3.nnet.components.gradient_clipping import BackpropTruncationComponent
 
     c = BackpropTruncationComponent()
     c.init(8, 1.0, 30.0, 15.0, 7, 3)
@@ -371,7 +371,7 @@ def test_backprop_truncation_zeroing_matches_loop() -> None:
 
 
 def test_dropout_rows_on_tiling_match_full() -> None:
-    from pynnet3.nnet.components.general2 import _dropout_rows_tiled
+    from pynnet3.nnet.components.dropout import _dropout_rows_tiled
 
     rng = np.random.default_rng(4)
     for _ in range(100):

@@ -13,12 +13,12 @@ import pytest
 from pynnet3.errors import ConfigError
 from pynnet3.nnet.config_line import ConfigLine
 from pynnet3.nnet.descriptor import (
-    BinarySumDescriptor, ConstantSumDescriptor, Descriptor, GeneralDescriptor,
-    OffsetForwardingDescriptor, OptionalSumDescriptor,
-    ReplaceIndexForwardingDescriptor, RoundingForwardingDescriptor,
-    SimpleForwardingDescriptor, SimpleSumDescriptor,
-    SwitchingForwardingDescriptor, normalize_descriptor_text, parse_descriptor,
-    parse_general_descriptor, tokenize_descriptor)
+    BinarySumDescriptor, ConstantSumDescriptor, Descriptor, OffsetForwardingDescriptor,
+    OptionalSumDescriptor, ReplaceIndexForwardingDescriptor, RoundingForwardingDescriptor,
+    SimpleForwardingDescriptor, SimpleSumDescriptor, SwitchingForwardingDescriptor)
+from pynnet3.nnet.descriptor_parse import (GeneralDescriptor, normalize_descriptor_text,
+                                           parse_descriptor, parse_general_descriptor,
+                                           tokenize_descriptor)
 from pynnet3.nnet.index import K_NO_TIME, Index
 
 REF = "/work/shared/reference"

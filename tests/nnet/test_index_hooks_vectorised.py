@@ -10,10 +10,10 @@ import random
 import numpy as np
 import pytest
 
-from pynnet3.nnet.components.affine2 import TdnnComponent
-from pynnet3.nnet.components.general import (StatisticsExtractionComponent,
-                                             StatisticsPoolingComponent)
-from pynnet3.nnet.components.general2 import GeneralDropoutComponent
+from pynnet3.nnet.components.dropout import GeneralDropoutComponent
+from pynnet3.nnet.components.statistics import (StatisticsExtractionComponent,
+                                                StatisticsPoolingComponent)
+from pynnet3.nnet.components.tdnn import TdnnComponent
 from pynnet3.nnet.index import K_NO_TIME, Index, first_appearance_numbers, index_columns
 from pynnet3.nnet.index_lists import IndexList
 

@@ -45,6 +45,12 @@ def format_float_array(values: np.ndarray) -> str:
     return " ".join(["%.7g" % v for v in values.tolist()])
 
 
+def f32(x: float) -> float:
+    """Round a Python float to float32, as storing it into a Kaldi BaseFloat does
+    (options, learning rates and scales are BaseFloats and are written as such)."""
+    return float(np.float32(x))
+
+
 class KaldiReader:
     """Sequential reader of Kaldi-serialised data held in memory."""
 
@@ -94,6 +100,20 @@ class KaldiReader:
         pos = self.pos
         try:
             return self.read_token()
+        finally:
+            self.pos = pos
+
+    def peek_char(self) -> str:
+        """Kaldi's PeekToken: the first character of the next token after its
+        '<' (``"I"`` before ``<IsGradient>``), or '' at the end of the data.
+        Readers use it to tell which optional field comes next."""
+        pos = self.pos
+        try:
+            self._skip_ws()
+            data, p = self.data, self.pos
+            if data[p:p + 1] == b"<":
+                p += 1
+            return chr(data[p]) if p < len(data) else ""
         finally:
             self.pos = pos
 
@@ -496,3 +516,89 @@ def atomic_write(path: str | os.PathLike, data: bytes) -> None:
 def kaldi_object_bytes(writer: KaldiWriter) -> bytes:
     """The complete file: binary header (when binary) followed by the object."""
     return (BINARY_HEADER if writer.binary else b"") + writer.getvalue()
+
+
+# ---------------------------------------------------------------------------
+# Kaldi types some components store besides tokens, vectors and matrices:
+# integer-pair vectors (WriteIntegerPairVector / ReadIntegerPairVector for
+# int32, the precomputed indexes of DistributeComponent and the statistics
+# components) and double-precision matrices (Matrix<double>::Read).
+
+
+def write_int_pair_vector(w: KaldiWriter, pairs: list[tuple[int, int]]) -> None:
+    if w.binary:
+        flat = np.asarray(pairs, dtype="<i4").reshape(-1)
+        w.write_raw(b"\x04" + struct.pack("<i", len(pairs)) + flat.tobytes())
+    else:
+        w.write_raw("[ " + "".join(f"{a},{b} " for a, b in pairs) + "]\n")
+
+
+def read_int_pair_vector(r: KaldiReader) -> list[tuple[int, int]]:
+    if r.binary:
+        if r.pos + 5 > len(r.data) or r.data[r.pos] != 4:
+            raise r.error("expected an int32 pair vector")
+        n = struct.unpack_from("<i", r.data, r.pos + 1)[0]
+        r.pos += 5
+        if n < 0 or r.pos + 8 * n > len(r.data):
+            raise r.error(f"file truncated inside a pair vector of size {n}")
+        arr = np.frombuffer(r.data, dtype="<i4", count=2 * n, offset=r.pos).reshape(n, 2)
+        r.pos += 8 * n
+        return [(int(a), int(b)) for a, b in arr]
+    data = r.data
+    pos = r.pos
+    while pos < len(data) and data[pos] in b" \t\n\r":
+        pos += 1
+    if pos >= len(data) or data[pos:pos + 1] != b"[":
+        r.pos = pos
+        raise r.error("expected '[' starting a pair vector")
+    end = data.find(b"]", pos)
+    if end < 0:
+        r.pos = pos
+        raise r.error("unterminated pair vector")
+    out = []
+    try:
+        for word in data[pos + 1:end].split():
+            a, b = word.split(b",")
+            out.append((int(a), int(b)))
+    except ValueError:
+        r.pos = pos
+        raise r.error("bad element in pair vector") from None
+    r.pos = end + 1
+    return out
+
+
+def read_double_matrix(r: KaldiReader) -> np.ndarray:
+    """A matrix kept in double precision (Kaldi's Matrix<double>::Read,
+    which also accepts a float matrix)."""
+    if r.binary:
+        tok = r.read_token()
+        if tok not in ("FM", "DM"):
+            raise r.error(f"expected matrix (FM or DM), got {tok[:40]}")
+        rows, cols = r.read_int32(), r.read_int32()
+        dtype = np.dtype("<f4") if tok == "FM" else np.dtype("<f8")
+        nbytes = rows * cols * dtype.itemsize
+        if rows < 0 or cols < 0 or r.pos + nbytes > len(r.data):
+            raise r.error(f"bad or truncated {rows} x {cols} matrix")
+        arr = np.frombuffer(r.data, dtype=dtype, count=rows * cols, offset=r.pos)
+        r.pos += nbytes
+        return arr.astype(np.float64).reshape(rows, cols)
+    data, pos = r.data, r.pos
+    while pos < len(data) and data[pos] in b" \t\n\r\v\f":
+        pos += 1
+    if data[pos:pos + 1] != b"[":
+        r.pos = pos
+        raise r.error("expected '[' at the start of a matrix")
+    end = data.find(b"]", pos)
+    if end < 0:
+        r.pos = pos
+        raise r.error("unterminated matrix")
+    lines = [ln.split() for ln in data[pos + 1:end].split(b"\n") if ln.strip()]
+    r.pos = end + 1
+    if not lines:
+        return np.zeros((0, 0), dtype=np.float64)
+    if any(len(ln) != len(lines[0]) for ln in lines):
+        raise r.error("matrix rows have different lengths")
+    try:
+        return np.array(lines, dtype=np.float64)
+    except ValueError:
+        raise r.error("bad number inside matrix") from None

@@ -33,7 +33,8 @@ from ..errors import PynnetError
 from .components.base import Component, fmt_g, new_component_of_type
 from .descriptor import (Descriptor, OffsetForwardingDescriptor,
                          SimpleForwardingDescriptor, SimpleSumDescriptor,
-                         SumDescriptor, parse_descriptor)
+                         SumDescriptor)
+from .descriptor_parse import parse_descriptor
 from .nnet import Nnet, NodeType
 from .utils import remove_orphan_components, remove_orphan_nodes
 

@@ -21,9 +21,10 @@ The structure mirrors Kaldi's nnet-descriptor.h:
   (``Round(x, m)``, t rounded down to a multiple of m) and
   :class:`ReplaceIndexForwardingDescriptor` (``ReplaceIndex(x, t|x, v)``).
 
-Text is parsed into a free-form :class:`GeneralDescriptor` tree, normalised
-(descriptor_parse.py) and converted to this restricted form; :meth:`Descriptor.text`
-prints Kaldi's canonical form, and text -> parse -> text is a fixed point.
+Text is parsed into a free-form ``GeneralDescriptor`` tree, normalised and
+converted to this restricted form by :mod:`.descriptor_parse`;
+:meth:`Descriptor.text` prints Kaldi's canonical form, and text -> parse ->
+text is a fixed point.
 """
 from __future__ import annotations
 
@@ -33,9 +34,6 @@ from typing import Callable, Collection, Optional, Sequence
 import numpy as np
 
 from ..errors import ConfigError
-from .descriptor_parse import (  # noqa: F401  (re-exported)
-    GeneralDescriptor, NodeNames, format_float, parse_descriptor_text,
-    parse_general_descriptor, tokenize_descriptor)
 from .index import Cindex, Index
 
 __all__ = [
@@ -43,13 +41,17 @@ __all__ = [
     "ConstantSumDescriptor", "BinarySumDescriptor", "ForwardingDescriptor",
     "SimpleForwardingDescriptor", "OffsetForwardingDescriptor",
     "SwitchingForwardingDescriptor", "RoundingForwardingDescriptor",
-    "ReplaceIndexForwardingDescriptor", "GeneralDescriptor", "parse_descriptor",
-    "parse_general_descriptor", "normalize_descriptor_text", "tokenize_descriptor",
+    "ReplaceIndexForwardingDescriptor", "format_float",
 ]
 
 NodeDim = Callable[[int], int]
 INF = float("inf")
 _INT32_MIN, _INT32_MAX = -(2 ** 31), 2 ** 31 - 1
+
+
+def format_float(value: float) -> str:
+    """C++ ``ostream << float`` with the default precision (6)."""
+    return "%g" % value
 
 
 def _wrap32(v: int) -> int:
@@ -680,20 +682,3 @@ class Descriptor:
 
     def __repr__(self) -> str:
         return f"Descriptor({self.parts!r})"
-
-
-def parse_descriptor(text: str, node_names: NodeNames) -> Descriptor:
-    """Parse Kaldi descriptor text (``input=`` value) into a Descriptor.
-
-    ``node_names`` is the list of node names (a name's position is its node
-    index; the first one wins), or a name -> index mapping.  Raises
-    ConfigError naming the problem, the descriptor and the remaining text.
-    """
-    return parse_descriptor_text(text, node_names)
-
-
-def normalize_descriptor_text(text: str) -> str:
-    """The canonical form of ``text``, resolving names against themselves."""
-    general = parse_general_descriptor(text)
-    names = list(dict.fromkeys(general.referenced_names()))
-    return parse_descriptor(text, names).text(names)

@@ -1,4 +1,5 @@
-"""Parsing and normalisation of Descriptor text (second half of descriptor.py).
+"""Parsing and normalisation of Descriptor text (Kaldi's GeneralDescriptor
+and DescriptorTokenize, nnet-descriptor.{h,cc}).
 
 Text such as ``Append(Offset(input, -1), Sum(a, Scale(0.5, b)))`` is first
 split into tokens (:func:`tokenize_descriptor`, Kaldi's DescriptorTokenize),
@@ -17,15 +18,18 @@ canonical text, so :func:`_normalize` follows Kaldi's pass structure exactly
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Mapping, Optional, Sequence, Union
+from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from ..errors import ConfigError
 from .config_line import is_valid_name
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .descriptor import Descriptor, ForwardingDescriptor, SumDescriptor
+from .descriptor import (BinarySumDescriptor, ConstantSumDescriptor, Descriptor,
+                         ForwardingDescriptor, OffsetForwardingDescriptor, OptionalSumDescriptor,
+                         ReplaceIndexForwardingDescriptor, RoundingForwardingDescriptor,
+                         SimpleForwardingDescriptor, SimpleSumDescriptor, SumDescriptor,
+                         SwitchingForwardingDescriptor, format_float)
+from .index import Index
 
 NodeNames = Union[Sequence[str], Mapping[str, int]]
 
@@ -64,11 +68,6 @@ _INF_NAN = {
 }
 
 
-def f32(value: float) -> float:
-    """Round to float32 (Kaldi's BaseFloat) and return a Python float."""
-    return float(np.float32(value))
-
-
 def string_to_real(text: str) -> Optional[float]:
     """Kaldi's ConvertStringToReal<float>: the float32 value, or None.
 
@@ -92,11 +91,6 @@ def string_to_int32(text: str) -> Optional[int]:
     if value < _INT32_MIN or value > _INT32_MAX:
         return None
     return value
-
-
-def format_float(value: float) -> str:
-    """C++ ``ostream << float`` with the default precision (6)."""
-    return "%g" % value
 
 
 def tokenize_descriptor(text: str) -> list[tuple[str, int]]:
@@ -283,9 +277,8 @@ class GeneralDescriptor:
         return ans
 
     # -- conversion ----------------------------------------------------------
-    def convert_to_descriptor(self) -> "Descriptor":
+    def convert_to_descriptor(self) -> Descriptor:
         """Normalise, then build the Descriptor (node names must be resolved)."""
-        from .descriptor import Descriptor
         normalized = self.normalized()
         if normalized.type == K_APPEND:
             parts = [d.convert_to_sum_descriptor() for d in normalized.descriptors]
@@ -293,9 +286,7 @@ class GeneralDescriptor:
             parts = [normalized.convert_to_sum_descriptor()]
         return Descriptor(parts)
 
-    def convert_to_sum_descriptor(self) -> "SumDescriptor":
-        from .descriptor import (BinarySumDescriptor, ConstantSumDescriptor,
-                                 OptionalSumDescriptor, SimpleSumDescriptor)
+    def convert_to_sum_descriptor(self) -> SumDescriptor:
         t = self.type
         if t == K_APPEND:
             raise _NormalizeError("Append() is only allowed at the top level of a "
@@ -316,13 +307,7 @@ class GeneralDescriptor:
             return ConstantSumDescriptor(self.alpha, self.value1)
         return SimpleSumDescriptor(self.convert_to_forwarding_descriptor())
 
-    def convert_to_forwarding_descriptor(self) -> "ForwardingDescriptor":
-        from .descriptor import (OffsetForwardingDescriptor,
-                                 ReplaceIndexForwardingDescriptor,
-                                 RoundingForwardingDescriptor,
-                                 SimpleForwardingDescriptor,
-                                 SwitchingForwardingDescriptor)
-        from .index import Index
+    def convert_to_forwarding_descriptor(self) -> ForwardingDescriptor:
         t = self.type
         if t == K_NODE_NAME:
             if self.value1 < 0:
@@ -617,10 +602,23 @@ def parse_general_descriptor(text: str,
     return ans
 
 
-def parse_descriptor_text(text: str, node_names: NodeNames) -> "Descriptor":
-    """Parse, normalise and convert; errors name the descriptor text."""
+def parse_descriptor(text: str, node_names: NodeNames) -> Descriptor:
+    """Parse Kaldi descriptor text (``input=`` value) into a Descriptor:
+    parse, normalise and convert.
+
+    ``node_names`` is the list of node names (a name's position is its node
+    index; the first one wins), or a name -> index mapping.  Raises
+    ConfigError naming the problem, the descriptor and the remaining text.
+    """
     general = parse_general_descriptor(text, node_names)
     try:
         return general.convert_to_descriptor()
     except _NormalizeError as e:
         raise ConfigError(f"{e} in descriptor '{text}'") from None
+
+
+def normalize_descriptor_text(text: str) -> str:
+    """The canonical form of ``text``, resolving names against themselves."""
+    general = parse_general_descriptor(text)
+    names = list(dict.fromkeys(general.referenced_names()))
+    return parse_descriptor(text, names).text(names)

@@ -22,7 +22,8 @@ from ..errors import ConfigError, FormatError
 from ..io.kaldi_io import KaldiReader, KaldiWriter
 from .components.base import Component, Prop, new_component_of_type, read_component
 from .config_line import ConfigLine, is_valid_name, parse_config_lines, read_config_lines
-from .descriptor import Descriptor, parse_descriptor
+from .descriptor import Descriptor
+from .descriptor_parse import parse_descriptor
 
 
 class NodeType(enum.Enum):

@@ -9,7 +9,7 @@ from .. import log
 from ..errors import ConfigError
 from .components.base import Prop, UpdatableComponent
 from .config_line import is_valid_name, parse_config_lines, read_config_lines
-from .descriptor import parse_descriptor
+from .descriptor_parse import parse_descriptor
 from .graph import find_orphan_components, find_orphan_nodes
 from .nnet import Nnet, NodeType
 

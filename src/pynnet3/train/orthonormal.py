@@ -20,7 +20,8 @@ import numpy as np
 
 from .. import log
 from ..errors import NumericalError
-from ..nnet.components.affine import AffineComponent, LinearComponent, TdnnComponent
+from ..nnet.components.affine import AffineComponent, LinearComponent
+from ..nnet.components.tdnn import TdnnComponent
 from ..nnet.components.base import rng
 
 F32 = np.float32

@@ -300,8 +300,8 @@ def unary_op_of(component: Any, method: str) -> int | None:
     ``backprop`` computes, or None.  Matched on the function itself, so a
     subclass that overrides the method is not mistaken for its parent."""
     if not _UNARY_METHODS:
-        from ...nnet.components.simple import (RectifiedLinearComponent, SigmoidComponent,
-                                               TanhComponent)
+        from ...nnet.components.nonlinearities import (RectifiedLinearComponent,
+                                                       SigmoidComponent, TanhComponent)
 
         for cls, op in ((SigmoidComponent, ew.SIGMOID), (TanhComponent, ew.TANH),
                         (RectifiedLinearComponent, ew.RELU)):

@@ -1,19 +1,13 @@
-"""Affine-family components (Kaldi's nnet-simple-component / nnet-tdnn-component).
-
-Types here: ``AffineComponent``, ``NaturalGradientAffineComponent``,
-``LinearComponent`` and ``FixedAffineComponent``; ``BlockAffineComponent``,
-``RepeatedAffineComponent``, ``NaturalGradientRepeatedAffineComponent`` and
-``TdnnComponent`` live in :mod:`.affine2` (imported at the bottom, so that
-importing this module registers every affine-family type).
+"""Affine components (Kaldi's nnet-simple-component.{h,cc}):
+AffineComponent, NaturalGradientAffineComponent, LinearComponent,
+FixedAffineComponent, BlockAffineComponent, RepeatedAffineComponent and
+NaturalGradientRepeatedAffineComponent.  TdnnComponent, an affine transform
+of spliced frames, is in :mod:`.tdnn`.
 
 The natural-gradient preconditioner (:class:`OnlineNaturalGradient`, in
-:mod:`.natural_gradient`, re-exported here) is configured from the model file
-options (rank, update period, history, alpha); its state is never written, so
-it restarts from scratch whenever a model is read, exactly as in Kaldi.
-
-Parameter layout follows Kaldi: ``linear_params`` is (output-dim x input-dim)
-and the forward pass is ``out = in @ linear_params.T + bias_params`` with one
-row per frame.
+:mod:`.natural_gradient`) is configured from the model file options (rank,
+update period, history, alpha); its state is never written, so it restarts
+from scratch whenever a model is read, exactly as in Kaldi.
 """
 from __future__ import annotations
 
@@ -23,11 +17,12 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ...blas import add_mat_mat, trace_mat_mat_t
-from ...io.kaldi_io import KaldiReader, KaldiWriter
+from ...io.kaldi_io import KaldiReader, KaldiWriter, f32
 from ..config_line import ConfigLine
-from .base import (Component, Prop, UpdatableComponent, fmt_g, print_parameter_stats,
-                   randn, register)
-from .natural_gradient import OnlineNaturalGradient, precondition_in_out  # noqa: F401
+from .base import (Component, Prop, UpdatableComponent, fmt_g, print_parameter_stats, randn,
+                   register, reshape_rows)
+from .natural_gradient import OnlineNaturalGradient, precondition_in_out
+from .numeric import scale_arrays
 
 
 def verbose_level() -> int:
@@ -37,13 +32,8 @@ def verbose_level() -> int:
     return log.verbose_level()
 
 
-def f32(x: float) -> float:
-    """Round a Python float to float32 (Kaldi keeps these options as BaseFloat)."""
-    return float(np.float32(x))
-
-
-def _set_preconditioner(comp: Component, cfl: ConfigLine | None, r: KaldiReader | None,
-                        pre: OnlineNaturalGradient, **options: Any) -> None:
+def set_preconditioner(comp: Component, cfl: ConfigLine | None, r: KaldiReader | None,
+                       pre: OnlineNaturalGradient, **options: Any) -> None:
     """Apply options to a preconditioner, turning Kaldi's asserts into our errors."""
     try:
         pre.configure(**options)
@@ -53,23 +43,6 @@ def _set_preconditioner(comp: Component, cfl: ConfigLine | None, r: KaldiReader 
         if r is not None:
             raise r.error(f"{comp.type_name}: {e}") from None
         raise
-
-
-# ---------------------------------------------------------------------------
-# Shared helpers
-
-
-def peek_char(r: KaldiReader) -> str:
-    """Kaldi's PeekToken: the character after '<' of the next token, or ''."""
-    pos = r.pos
-    try:
-        r._skip_ws()
-        data = r.data
-        if r.pos + 1 < len(data) and data[r.pos:r.pos + 1] == b"<":
-            return chr(data[r.pos + 1])
-        return ""
-    finally:
-        r.pos = pos
 
 
 def read_matrix_file(comp: Component, cfl: ConfigLine, filename: str) -> np.ndarray:
@@ -116,31 +89,22 @@ def _split_affine_matrix(comp: Component, cfl: ConfigLine,
     return linear, bias
 
 
-def _random_params(rows: int, cols: int, stddev: float) -> np.ndarray:
+def random_params(rows: int, cols: int, stddev: float) -> np.ndarray:
     return np.ascontiguousarray(randn(rows, cols) * np.float32(stddev), dtype=np.float32)
 
 
-def _random_bias(dim: int, stddev: float, mean: float = 0.0) -> np.ndarray:
+def random_bias(dim: int, stddev: float, mean: float = 0.0) -> np.ndarray:
     b = randn(dim) * np.float32(stddev)
     if mean != 0.0:
         b = b + np.float32(mean)
     return np.ascontiguousarray(b, dtype=np.float32)
 
 
-def _read_end_of_common(r: KaldiReader, comp: UpdatableComponent) -> None:
+def read_end_of_common(r: KaldiReader, comp: UpdatableComponent) -> None:
     """Kaldi's affine-family readers need <LearningRate> in the common part."""
     token = comp.read_updatable_common(r)
     if token != "":
         raise r.error(f"{comp.type_name}: expected <LearningRate>, got {token[:40]}")
-
-
-def _scale_arrays(alpha: float, *arrays: np.ndarray) -> None:
-    # Scaling by exactly zero sets to zero, so that NaN/inf disappear (Kaldi).
-    for a in arrays:
-        if alpha == 0.0:
-            a[...] = 0.0
-        else:
-            a *= np.float32(alpha)
 
 
 def _add_arrays(alpha: float, pairs: list[tuple[np.ndarray, np.ndarray]]) -> None:
@@ -154,7 +118,7 @@ def _add_arrays(alpha: float, pairs: list[tuple[np.ndarray, np.ndarray]]) -> Non
             dst += a * src
 
 
-def _rows_of(in_value: np.ndarray, out_value: np.ndarray) -> None:
+def check_rows(in_value: np.ndarray, out_value: np.ndarray) -> None:
     if in_value.shape[0] != out_value.shape[0]:
         raise ValueError(f"propagate: {in_value.shape[0]} input rows vs "
                          f"{out_value.shape[0]} output rows")
@@ -177,7 +141,7 @@ class AffineParamsMixin:
         return int(self.linear_params.size + self.bias_params.size)
 
     def scale(self, alpha: float) -> None:
-        _scale_arrays(alpha, self.linear_params, self.bias_params)
+        scale_arrays(alpha, self.linear_params, self.bias_params)
 
     def add(self, alpha: float, other: Component) -> None:
         family = self._add_family or type(self)
@@ -210,10 +174,6 @@ class AffineParamsMixin:
         self.bias_params[...] = params[n:]
 
 
-# ---------------------------------------------------------------------------
-# AffineComponent and NaturalGradientAffineComponent
-
-
 @register
 class AffineComponent(AffineParamsMixin, UpdatableComponent):
     """Kaldi's AffineComponent: ``out = in W^T + b`` with trainable W and b."""
@@ -243,8 +203,8 @@ class AffineComponent(AffineParamsMixin, UpdatableComponent):
         if not (output_dim > 0 and input_dim > 0 and param_stddev >= 0.0):
             raise ValueError(f"bad dims or param-stddev ({input_dim}, {output_dim}, "
                              f"{param_stddev})")
-        self.linear_params = _random_params(output_dim, input_dim, param_stddev)
-        self.bias_params = _random_bias(output_dim, bias_stddev, bias_mean)
+        self.linear_params = random_params(output_dim, input_dim, param_stddev)
+        self.bias_params = random_bias(output_dim, bias_stddev, bias_mean)
 
     def set_params(self, bias: np.ndarray, linear: np.ndarray) -> None:
         linear = np.ascontiguousarray(linear, dtype=np.float32)
@@ -288,7 +248,7 @@ class AffineComponent(AffineParamsMixin, UpdatableComponent):
 
     # -- I/O -------------------------------------------------------------
     def _read_params(self, r: KaldiReader) -> None:
-        _read_end_of_common(r, self)
+        read_end_of_common(r, self)
         r.expect_token("<LinearParams>")
         self.linear_params = r.read_matrix()
         r.expect_token("<BiasParams>")
@@ -299,11 +259,11 @@ class AffineComponent(AffineParamsMixin, UpdatableComponent):
 
     def read(self, r: KaldiReader) -> None:
         self._read_params(r)
-        if peek_char(r) == "I":
+        if r.peek_char() == "I":
             # Old models wrote <IsGradient> here instead of in the common part.
             r.expect_token("<IsGradient>")
             self.is_gradient = r.read_bool()
-        if peek_char(r) == "O":
+        if r.peek_char() == "O":
             r.expect_token("<OrthonormalConstraint>")
             self.orthonormal_constraint = r.read_float()
         else:
@@ -336,7 +296,7 @@ class AffineComponent(AffineParamsMixin, UpdatableComponent):
 
     # -- math --------------------------------------------------------------
     def propagate(self, indexes: Any, in_value: np.ndarray, out_value: np.ndarray) -> None:
-        _rows_of(in_value, out_value)
+        check_rows(in_value, out_value)
         # bias + in * W^T, the product written straight into out_value
         # (x + b == b + x exactly, so this is Kaldi's result bit for bit).
         np.matmul(in_value, self.linear_params.T, out=out_value)
@@ -381,12 +341,12 @@ class NaturalGradientAffineComponent(AffineComponent):
     def _set_ng_configs(self, cfl: ConfigLine | None, r: KaldiReader | None, rank_in: int,
                         rank_out: int, update_period: int, num_samples_history: float,
                         alpha: float) -> None:
-        _set_preconditioner(self, cfl, r, self.preconditioner_in, rank=rank_in,
-                            update_period=update_period,
-                            num_samples_history=num_samples_history, alpha=alpha)
-        _set_preconditioner(self, cfl, r, self.preconditioner_out, rank=rank_out,
-                            update_period=update_period,
-                            num_samples_history=num_samples_history, alpha=alpha)
+        set_preconditioner(self, cfl, r, self.preconditioner_in, rank=rank_in,
+                           update_period=update_period,
+                           num_samples_history=num_samples_history, alpha=alpha)
+        set_preconditioner(self, cfl, r, self.preconditioner_out, rank=rank_out,
+                           update_period=update_period,
+                           num_samples_history=num_samples_history, alpha=alpha)
 
     def init_from_config(self, cfl: ConfigLine) -> None:
         self.is_gradient = False
@@ -411,7 +371,7 @@ class NaturalGradientAffineComponent(AffineComponent):
         rank_in = r.read_int32()
         r.expect_token("<RankOut>")
         rank_out = r.read_int32()
-        if peek_char(r) == "O":
+        if r.peek_char() == "O":
             r.expect_token("<OrthonormalConstraint>")
             self.orthonormal_constraint = r.read_float()
         else:
@@ -424,14 +384,14 @@ class NaturalGradientAffineComponent(AffineComponent):
         alpha = r.read_float()
         self._set_ng_configs(None, r, rank_in, rank_out, update_period,
                              num_samples_history, alpha)
-        if peek_char(r) == "M":
+        if r.peek_char() == "M":
             # <MaxChangePerSample>: an option removed long ago; ignored.
             r.expect_token("<MaxChangePerSample>")
             r.read_float()
-        if peek_char(r) == "I":
+        if r.peek_char() == "I":
             r.expect_token("<IsGradient>")
             self.is_gradient = r.read_bool()
-        if peek_char(r) == "U":
+        if r.peek_char() == "U":
             # Statistics of a short-lived max-change variant; read and dropped.
             r.expect_token("<UpdateCount>")
             r.read_double()
@@ -488,10 +448,6 @@ class NaturalGradientAffineComponent(AffineComponent):
         add_mat_mat(float(lrate), out_temp.T, in_temp[:, :cols], 1.0, self.linear_params)
 
 
-# ---------------------------------------------------------------------------
-# LinearComponent
-
-
 @register
 class LinearComponent(UpdatableComponent):
     """Kaldi's LinearComponent: ``out += in W^T`` (no bias), natural gradient."""
@@ -542,7 +498,7 @@ class LinearComponent(UpdatableComponent):
             if not (output_dim > 0 and input_dim > 0 and param_stddev >= 0.0):
                 raise self.config_error(cfl, "input-dim and output-dim must be positive and "
                                              "param-stddev >= 0")
-            self.params = _random_params(output_dim, input_dim, param_stddev)
+            self.params = random_params(output_dim, input_dim, param_stddev)
         num_samples_history = cfl.get_float("num-samples-history", 2000.0)
         alpha = cfl.get_float("alpha", 4.0)
         rank_in = cfl.get_int("rank-in", -1)
@@ -560,18 +516,18 @@ class LinearComponent(UpdatableComponent):
     def _set_ng_configs(self, cfl: ConfigLine | None, r: KaldiReader | None, rank_in: int,
                         rank_out: int, update_period: int, num_samples_history: float,
                         alpha: float) -> None:
-        _set_preconditioner(self, cfl, r, self.preconditioner_in, rank=rank_in,
-                            update_period=update_period,
-                            num_samples_history=num_samples_history, alpha=alpha)
-        _set_preconditioner(self, cfl, r, self.preconditioner_out, rank=rank_out,
-                            update_period=update_period,
-                            num_samples_history=num_samples_history, alpha=alpha)
+        set_preconditioner(self, cfl, r, self.preconditioner_in, rank=rank_in,
+                           update_period=update_period,
+                           num_samples_history=num_samples_history, alpha=alpha)
+        set_preconditioner(self, cfl, r, self.preconditioner_out, rank=rank_out,
+                           update_period=update_period,
+                           num_samples_history=num_samples_history, alpha=alpha)
 
     def read(self, r: KaldiReader) -> None:
-        _read_end_of_common(r, self)
+        read_end_of_common(r, self)
         r.expect_token("<Params>")
         self.params = r.read_matrix()
-        if peek_char(r) == "O":
+        if r.peek_char() == "O":
             r.expect_token("<OrthonormalConstraint>")
             self.orthonormal_constraint = r.read_float()
         else:
@@ -628,7 +584,7 @@ class LinearComponent(UpdatableComponent):
         return int(self.params.size)
 
     def scale(self, alpha: float) -> None:
-        _scale_arrays(alpha, self.params)
+        scale_arrays(alpha, self.params)
 
     def add(self, alpha: float, other: Component) -> None:
         if not isinstance(other, LinearComponent):
@@ -659,7 +615,7 @@ class LinearComponent(UpdatableComponent):
 
     def propagate(self, indexes: Any, in_value: np.ndarray, out_value: np.ndarray) -> None:
         # PROPAGATE_ADDS: the caller has zeroed (or pre-filled) out_value.
-        _rows_of(in_value, out_value)
+        check_rows(in_value, out_value)
         add_mat_mat(1.0, in_value, self.params.T, 1.0, out_value)
         return None
 
@@ -680,10 +636,6 @@ class LinearComponent(UpdatableComponent):
             to_update.preconditioner_in, to_update.preconditioner_out, in_value, out_deriv,
             to_update.learning_rate, append_ones=False)
         add_mat_mat(float(lrate), out_temp.T, in_temp, 1.0, to_update.params)
-
-
-# ---------------------------------------------------------------------------
-# FixedAffineComponent
 
 
 @register
@@ -761,7 +713,7 @@ class FixedAffineComponent(Component):
                 + print_parameter_stats("bias", self.bias_params, True))
 
     def propagate(self, indexes: Any, in_value: np.ndarray, out_value: np.ndarray) -> None:
-        _rows_of(in_value, out_value)
+        check_rows(in_value, out_value)
         # bias + in * W^T, the product written straight into out_value
         # (x + b == b + x exactly, so this is Kaldi's result bit for bit).
         np.matmul(in_value, self.linear_params.T, out=out_value)
@@ -776,7 +728,286 @@ class FixedAffineComponent(Component):
             in_deriv += out_deriv @ self.linear_params
 
 
-# The rest of the family (kept in a second module to keep files small).
-from .affine2 import (  # noqa: E402,F401
-    BlockAffineComponent, NaturalGradientRepeatedAffineComponent, RepeatedAffineComponent,
-    TdnnComponent, TdnnPrecomputedIndexes)
+@register
+class BlockAffineComponent(AffineParamsMixin, UpdatableComponent):
+    """Block-diagonal affine transform: ``num_blocks`` equal independent blocks.
+
+    ``linear_params`` stacks the blocks vertically: it is output-dim x
+    (input-dim / num-blocks); rows ``[b*R, (b+1)*R)`` (R = output-dim /
+    num-blocks) act on input columns ``[b*C, (b+1)*C)``.
+    """
+
+    type_name = "BlockAffineComponent"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear_params = np.zeros((0, 0), dtype=np.float32)
+        self.bias_params = np.zeros((0,), dtype=np.float32)
+        self.num_blocks = 1
+
+    @classmethod
+    def from_repeated(cls, rac: "RepeatedAffineComponent") -> "BlockAffineComponent":
+        """Kaldi's BlockAffineComponent(const RepeatedAffineComponent&)."""
+        ans = cls()
+        for k in ("learning_rate", "learning_rate_factor", "is_gradient", "max_change",
+                  "l2_regularize"):
+            setattr(ans, k, getattr(rac, k))
+        ans.num_blocks = rac.num_repeats
+        ans.linear_params = np.ascontiguousarray(np.tile(rac.linear_params, (rac.num_repeats, 1)))
+        ans.bias_params = np.ascontiguousarray(np.tile(rac.bias_params, rac.num_repeats))
+        return ans
+
+    def input_dim(self) -> int:
+        return int(self.linear_params.shape[1]) * self.num_blocks
+
+    def output_dim(self) -> int:
+        return int(self.linear_params.shape[0])
+
+    def properties(self) -> int:
+        return int(Prop.SIMPLE | Prop.UPDATABLE | Prop.BACKPROP_NEEDS_INPUT | Prop.BACKPROP_ADDS)
+
+    def init_from_config(self, cfl: ConfigLine) -> None:
+        input_dim = cfl.get_int("input-dim")
+        output_dim = cfl.get_int("output-dim")
+        num_blocks = cfl.get_int("num-blocks")
+        if input_dim is None or output_dim is None or num_blocks is None:
+            raise self.config_error(cfl, "invalid initializer: input-dim, output-dim and "
+                                         "num-blocks are required")
+        self.init_learning_rates_from_config(cfl)
+        if not (input_dim > 0 and output_dim > 0 and num_blocks >= 1):
+            raise self.config_error(cfl, "input-dim and output-dim must be positive and "
+                                         "num-blocks >= 1")
+        if output_dim % num_blocks != 0 or input_dim % num_blocks != 0:
+            raise self.config_error(cfl, "num-blocks must divide input-dim and output-dim")
+        param_stddev = cfl.get_float("param-stddev", 1.0 / math.sqrt(input_dim // num_blocks))
+        bias_stddev = cfl.get_float("bias-stddev", 1.0)
+        bias_mean = cfl.get_float("bias-mean", 0.0)
+        if param_stddev < 0.0 or bias_stddev < 0.0:
+            raise self.config_error(cfl, "param-stddev and bias-stddev must be >= 0")
+        self.linear_params = random_params(output_dim, input_dim // num_blocks, param_stddev)
+        self.bias_params = random_bias(output_dim, bias_stddev, bias_mean)
+        self.num_blocks = num_blocks
+
+    def read(self, r: KaldiReader) -> None:
+        read_end_of_common(r, self)
+        r.expect_token("<NumBlocks>")
+        self.num_blocks = r.read_int32()
+        r.expect_token("<LinearParams>")
+        self.linear_params = r.read_matrix()
+        r.expect_token("<BiasParams>")
+        self.bias_params = r.read_vector()
+        if r.peek_char() == "I":
+            r.expect_token("<IsGradient>")
+            self.is_gradient = r.read_bool()
+        r.expect_token("</BlockAffineComponent>")
+        if self.num_blocks < 1 or self.linear_params.shape[0] % self.num_blocks != 0:
+            raise r.error(f"BlockAffineComponent: num-blocks {self.num_blocks} does not divide "
+                          f"the {self.linear_params.shape[0]} rows")
+
+    def write(self, w: KaldiWriter) -> None:
+        self.write_updatable_common(w)
+        w.write_token("<NumBlocks>")
+        w.write_int32(self.num_blocks)
+        w.write_token("<LinearParams>")
+        w.write_matrix(self.linear_params)
+        w.write_token("<BiasParams>")
+        w.write_vector(self.bias_params)
+        w.write_token("</BlockAffineComponent>")
+
+    def info(self) -> str:
+        return (super().info() + f", num-blocks={self.num_blocks}"
+                + print_parameter_stats("linear-params", self.linear_params)
+                + print_parameter_stats("bias", self.bias_params, True))
+
+    def propagate(self, indexes: Any, in_value: np.ndarray, out_value: np.ndarray) -> None:
+        check_rows(in_value, out_value)
+        nb = self.num_blocks
+        rows = in_value.shape[0]
+        cols_in = self.linear_params.shape[1]
+        rows_out = self.linear_params.shape[0] // nb
+        x = in_value.reshape(rows, nb, cols_in).transpose(1, 0, 2)         # (nb, N, C)
+        wt = self.linear_params.reshape(nb, rows_out, cols_in).transpose(0, 2, 1)  # (nb, C, R)
+        y = np.matmul(x, wt)                                               # (nb, N, R)
+        out_value[...] = self.bias_params
+        out_value += y.transpose(1, 0, 2).reshape(rows, nb * rows_out)
+        return None
+
+    def backprop(self, debug_info: str, indexes: Any, in_value: np.ndarray | None,
+                 out_value: np.ndarray | None, out_deriv: np.ndarray, memo: Any,
+                 to_update: Any, in_deriv: np.ndarray | None) -> None:
+        # Block b: out cols [b*R, (b+1)*R) <- in cols [b*C, (b+1)*C).
+        nb = self.num_blocks
+        rows = out_deriv.shape[0]
+        cols_in = self.linear_params.shape[1]
+        rows_out = self.linear_params.shape[0] // nb
+        od = out_deriv.reshape(rows, nb, rows_out).transpose(1, 0, 2)          # (nb, N, R)
+        if in_deriv is not None:
+            w = self.linear_params.reshape(nb, rows_out, cols_in)              # (nb, R, C)
+            in_deriv += np.matmul(od, w).transpose(1, 0, 2).reshape(rows, nb * cols_in)
+        if isinstance(to_update, BlockAffineComponent):
+            # No natural gradient for this type, even when not is_gradient.
+            lr = np.float32(to_update.learning_rate)
+            x = in_value.reshape(rows, nb, cols_in).transpose(1, 0, 2)         # (nb, N, C)
+            grad = np.matmul(od.transpose(0, 2, 1), x)                          # (nb, R, C)
+            to_update.linear_params += lr * grad.reshape(nb * rows_out, cols_in)
+            to_update.bias_params += lr * out_deriv.sum(axis=0, dtype=np.float32)
+
+
+@register
+class RepeatedAffineComponent(AffineParamsMixin, UpdatableComponent):
+    """One small affine block applied to ``num_repeats`` consecutive input chunks.
+
+    Only that block is stored, so num_parameters() is not multiplied by
+    num-repeats (as in Kaldi).
+    """
+
+    type_name = "RepeatedAffineComponent"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear_params = np.zeros((0, 0), dtype=np.float32)
+        self.bias_params = np.zeros((0,), dtype=np.float32)
+        self.num_repeats = 1
+
+    def input_dim(self) -> int:
+        return int(self.linear_params.shape[1]) * self.num_repeats
+
+    def output_dim(self) -> int:
+        return int(self.linear_params.shape[0]) * self.num_repeats
+
+    def properties(self) -> int:
+        return int(Prop.SIMPLE | Prop.UPDATABLE | Prop.BACKPROP_NEEDS_INPUT | Prop.BACKPROP_ADDS
+                   | Prop.INPUT_CONTIGUOUS | Prop.OUTPUT_CONTIGUOUS)
+
+    def set_natural_gradient_configs(self) -> None:
+        """Hook for the natural-gradient subclass (nothing for plain SGD)."""
+
+    def init_from_config(self, cfl: ConfigLine) -> None:
+        self.init_learning_rates_from_config(cfl)
+        num_repeats = cfl.get_int("num-repeats")
+        input_dim = cfl.get_int("input-dim")
+        output_dim = cfl.get_int("output-dim")
+        if num_repeats is None or input_dim is None or output_dim is None:
+            raise self.config_error(cfl, "bad initializer: num-repeats, input-dim and "
+                                         "output-dim are required")
+        if num_repeats <= 0 or input_dim <= 0 or output_dim <= 0:
+            raise self.config_error(cfl, "num-repeats, input-dim and output-dim must be "
+                                         "positive")
+        if input_dim % num_repeats != 0:
+            raise self.config_error(cfl, "num-repeats must divide input-dim")
+        if output_dim % num_repeats != 0:
+            raise self.config_error(cfl, "num-repeats must divide output-dim")
+        param_stddev = cfl.get_float("param-stddev", 1.0 / math.sqrt(input_dim // num_repeats))
+        bias_mean = cfl.get_float("bias-mean", 0.0)
+        bias_stddev = cfl.get_float("bias-stddev", 0.0)
+        if param_stddev < 0.0:
+            raise self.config_error(cfl, "param-stddev must be >= 0")
+        self.num_repeats = num_repeats
+        self.linear_params = random_params(output_dim // num_repeats,
+                                           input_dim // num_repeats, param_stddev)
+        self.bias_params = random_bias(output_dim // num_repeats, bias_stddev, bias_mean)
+        self.set_natural_gradient_configs()
+
+    def read(self, r: KaldiReader) -> None:
+        read_end_of_common(r, self)
+        r.expect_token("<NumRepeats>")
+        self.num_repeats = r.read_int32()
+        r.expect_token("<LinearParams>")
+        self.linear_params = r.read_matrix()
+        r.expect_token("<BiasParams>")
+        self.bias_params = r.read_vector()
+        if r.peek_char() == "I":
+            r.expect_token("<IsGradient>")
+            self.is_gradient = r.read_bool()
+        r.expect_token(self.closing_tag())
+        if self.num_repeats < 1:
+            raise r.error(f"{self.type_name}: bad num-repeats {self.num_repeats}")
+        self.set_natural_gradient_configs()
+
+    def write(self, w: KaldiWriter) -> None:
+        self.write_updatable_common(w)
+        w.write_token("<NumRepeats>")
+        w.write_int32(self.num_repeats)
+        w.write_token("<LinearParams>")
+        w.write_matrix(self.linear_params)
+        w.write_token("<BiasParams>")
+        w.write_vector(self.bias_params)
+        w.write_token(self.closing_tag())
+
+    def info(self) -> str:
+        return (super().info() + f", num-repeats={self.num_repeats}"
+                + print_parameter_stats("linear-params", self.linear_params)
+                + print_parameter_stats("bias", self.bias_params, True))
+
+    def propagate(self, indexes: Any, in_value: np.ndarray, out_value: np.ndarray) -> None:
+        # Each row is num_repeats consecutive chunks; treat every chunk as a row.
+        check_rows(in_value, out_value)
+        rows = in_value.shape[0]
+        block_in = self.linear_params.shape[1]
+        x = np.ascontiguousarray(in_value).reshape(rows * self.num_repeats, block_in)
+        y = x @ self.linear_params.T
+        y += self.bias_params
+        out_value[...] = y.reshape(rows, self.output_dim())
+        return None
+
+    def _reshaped(self, mat: np.ndarray, block_dim: int) -> np.ndarray:
+        """Each row's num_repeats chunks as separate rows."""
+        return np.ascontiguousarray(mat).reshape(mat.shape[0] * self.num_repeats, block_dim)
+
+    def backprop(self, debug_info: str, indexes: Any, in_value: np.ndarray | None,
+                 out_value: np.ndarray | None, out_deriv: np.ndarray, memo: Any,
+                 to_update: Any, in_deriv: np.ndarray | None) -> None:
+        block_in = self.linear_params.shape[1]
+        block_out = self.linear_params.shape[0]
+        od = self._reshaped(out_deriv, block_out)
+        if in_deriv is not None:
+            # INPUT_CONTIGUOUS: in_deriv is a contiguous matrix, reshape is a view.
+            reshape_rows(in_deriv, block_in)[...] += od @ self.linear_params
+        if isinstance(to_update, RepeatedAffineComponent):
+            to_update.update(self._reshaped(in_value, block_in), od)
+
+    def update(self, in_reshaped: np.ndarray, out_deriv_reshaped: np.ndarray) -> None:
+        """SGD step from the reshaped (one chunk per row) input and derivative."""
+        lr = np.float32(self.learning_rate)
+        self.linear_params += lr * (out_deriv_reshaped.T @ in_reshaped)
+        self.bias_params += lr * out_deriv_reshaped.sum(axis=0, dtype=np.float32)
+
+
+@register
+class NaturalGradientRepeatedAffineComponent(RepeatedAffineComponent):
+    """RepeatedAffineComponent with a fixed input-side natural-gradient setup."""
+
+    type_name = "NaturalGradientRepeatedAffineComponent"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.preconditioner_in = OnlineNaturalGradient()
+
+    def set_natural_gradient_configs(self) -> None:
+        # Not configurable in Kaldi: rank min(40, block-input-dim / 2), >= 1.
+        rank_in = 40
+        block_input_dim = int(self.linear_params.shape[1])
+        if rank_in > block_input_dim // 2:
+            rank_in = block_input_dim // 2
+        if rank_in < 1:
+            rank_in = 1
+        self.preconditioner_in.set_rank(rank_in)
+        self.preconditioner_in.set_update_period(4)
+
+    def consolidate_memory(self) -> None:
+        """Nothing to do in NumPy."""
+
+    def update(self, in_reshaped: np.ndarray, out_deriv_reshaped: np.ndarray) -> None:
+        # Only the output side is preconditioned here: rows of the gradient
+        # [W | b] (block-output x block-input + 1).  Used even when is_gradient
+        # (Kaldi then skips only the preconditioning).
+        block_in = self.linear_params.shape[1]
+        deriv = np.empty((self.linear_params.shape[0], block_in + 1), dtype=np.float32)
+        deriv[:, :block_in] = out_deriv_reshaped.T @ in_reshaped
+        deriv[:, block_in] = out_deriv_reshaped.sum(axis=0, dtype=np.float32)
+        scale = 1.0
+        if not self.is_gradient:
+            scale = self.preconditioner_in.precondition_directions(deriv)
+        lr = np.float32(np.float32(self.learning_rate) * np.float32(scale))
+        self.linear_params += lr * deriv[:, :block_in]
+        self.bias_params += lr * deriv[:, block_in]

@@ -18,48 +18,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...io.kaldi_io import KaldiReader, KaldiWriter
+from ...io.kaldi_io import KaldiReader, KaldiWriter, read_double_matrix
 from ..config_line import ConfigLine
 from ..index import K_NO_TIME, Index
 from .base import Component, Prop, fmt_bool, fmt_g, register, rng
 from .convolution_model import ConvolutionComputationIo, get_computation_io, nx_list
-
-
-def read_double_matrix(r: KaldiReader) -> np.ndarray:
-    """A matrix kept in double precision (Kaldi's Matrix<double>::Read,
-    which also accepts a float matrix)."""
-    if r.binary:
-        tok = r.read_token()
-        if tok not in ("FM", "DM"):
-            raise r.error(f"expected matrix (FM or DM), got {tok[:40]}")
-        rows, cols = r.read_int32(), r.read_int32()
-        dtype = np.dtype("<f4") if tok == "FM" else np.dtype("<f8")
-        nbytes = rows * cols * dtype.itemsize
-        if rows < 0 or cols < 0 or r.pos + nbytes > len(r.data):
-            raise r.error(f"bad or truncated {rows} x {cols} matrix")
-        arr = np.frombuffer(r.data, dtype=dtype, count=rows * cols, offset=r.pos)
-        r.pos += nbytes
-        return arr.astype(np.float64).reshape(rows, cols)
-    data, pos = r.data, r.pos
-    while pos < len(data) and data[pos] in b" \t\n\r\v\f":
-        pos += 1
-    if data[pos:pos + 1] != b"[":
-        r.pos = pos
-        raise r.error("expected '[' at the start of a matrix")
-    end = data.find(b"]", pos)
-    if end < 0:
-        r.pos = pos
-        raise r.error("unterminated matrix")
-    lines = [ln.split() for ln in data[pos + 1:end].split(b"\n") if ln.strip()]
-    r.pos = end + 1
-    if not lines:
-        return np.zeros((0, 0), dtype=np.float64)
-    if any(len(ln) != len(lines[0]) for ln in lines):
-        raise r.error("matrix rows have different lengths")
-    try:
-        return np.array(lines, dtype=np.float64)
-    except ValueError:
-        raise r.error("bad number inside matrix") from None
 
 
 @dataclass

@@ -12,6 +12,12 @@ under its Kaldi type name (``AffineComponent``).  A component knows:
   ``is_computable``, ``reorder_indexes``, ``precompute_indexes``,
   ``propagate``, ``backprop``, ``store_stats`` ...).  Simple components use the
   defaults; their math is implemented in later stages.
+
+Besides the base classes, this module holds what several families share:
+the Info() statistics (:func:`summarize_vector`, :func:`print_parameter_stats`),
+the random generator, and the readers of config options and optional fields
+(:func:`split_ints`, :func:`read_vector_file`, :func:`read_common_then`,
+:class:`InOutDimComponent`).
 """
 from __future__ import annotations
 
@@ -22,7 +28,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ...errors import ConfigError, FormatError
-from ...io.kaldi_io import KaldiReader, KaldiWriter
+from ...io.kaldi_io import KaldiReader, KaldiWriter, open_kaldi_object
 from ..config_line import ConfigLine
 
 
@@ -62,14 +68,11 @@ def register(cls: type["Component"]) -> type["Component"]:
 
 
 def component_types() -> list[str]:
-    from . import _load_all  # noqa: F401  (ensures every family registered)
-
+    """Every registered type name (the package import registers all of them)."""
     return sorted(_REGISTRY)
 
 
 def new_component_of_type(type_name: str) -> "Component | None":
-    from . import _load_all  # noqa: F401
-
     cls = _REGISTRY.get(type_name)
     return cls() if cls is not None else None
 
@@ -509,3 +512,83 @@ def reshape_rows(mat: np.ndarray, cols: int) -> np.ndarray:
         raise ValueError(f"cannot view a {mat.shape} matrix with strides {mat.strides} as "
                          f"rows of {cols} (not contiguous)") from None
     return view
+
+
+# ---------------------------------------------------------------------------
+# Helpers shared by the component families: reading options and fields
+
+
+def split_ints(cfl: ConfigLine, key: str, seps: str) -> list[int] | None:
+    """Kaldi's SplitStringToIntegers(value, seps, omit_empty=true)."""
+    value = cfl.get_str(key)
+    if value is None:
+        return None
+    parts = [value]
+    for sep in seps:
+        parts = [q for p in parts for q in p.split(sep)]
+    out = []
+    for p in parts:
+        p = p.strip()
+        if not p:
+            continue
+        try:
+            out.append(int(p))
+        except ValueError:
+            raise cfl.error(f"option {key}={value}: expected integers separated by "
+                            f"'{seps}'") from None
+    return out
+
+
+def expect_or_error(cond: bool, comp: Component, cfl: ConfigLine, what: str = "") -> None:
+    """Kaldi's InitFromConfig check: a ConfigError naming the type unless ``cond``."""
+    if not cond:
+        msg = "Invalid initializer for layer of type " + comp.type_name
+        raise comp.config_error(cfl, msg + (f": {what}" if what else ""))
+
+
+def read_vector_file(cfl: ConfigLine, comp: Component, key: str) -> np.ndarray:
+    """A Kaldi vector from the rxfilename given as option ``key``."""
+    filename = cfl.get_str(key)
+    try:
+        r = open_kaldi_object(filename)
+        return r.read_vector()
+    except FormatError as e:
+        raise comp.config_error(cfl, f"could not read vector from {key}={filename}: {e}") from None
+
+
+def read_common_then(comp: UpdatableComponent, r: KaldiReader, token: str) -> None:
+    """ReadUpdatableCommon followed by ExpectToken(token)."""
+    rest = comp.read_updatable_common(r)
+    if rest == "":
+        r.expect_token(token)
+    elif rest != token:
+        raise r.error(f"{comp.type_name}: expected <LearningRate> or {token}, got {rest[:40]}")
+
+
+class InOutDimComponent(Component):
+    """Components written as ``<InputDim> i <OutputDim> o``."""
+
+    def __init__(self) -> None:
+        self._input_dim = 0
+        self._output_dim = 0
+
+    def input_dim(self) -> int:
+        return self._input_dim
+
+    def output_dim(self) -> int:
+        return self._output_dim
+
+    def read(self, r: KaldiReader) -> None:
+        self.expect_opening_or(r, "<InputDim>")
+        self._input_dim = r.read_int32()
+        r.expect_token("<OutputDim>")
+        self._output_dim = r.read_int32()
+        r.expect_token(self.closing_tag())
+
+    def write(self, w: KaldiWriter) -> None:
+        w.write_token(self.opening_tag())
+        w.write_token("<InputDim>")
+        w.write_int32(self._input_dim)
+        w.write_token("<OutputDim>")
+        w.write_int32(self._output_dim)
+        w.write_token(self.closing_tag())

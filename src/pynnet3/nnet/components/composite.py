@@ -1,6 +1,6 @@
 """CompositeComponent (Kaldi's nnet-simple-component): a chain of simple
 components run as one, to save memory (``max-rows-process`` bounds the rows
-processed at a time).  Split from :mod:`.combined`, which re-exports it.
+processed at a time).
 """
 from __future__ import annotations
 

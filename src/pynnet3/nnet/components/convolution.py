@@ -25,6 +25,7 @@ from .convolution_model import (ConvolutionComputation, ConvolutionModel,
                                 compile_reordered_convolution_computation, convolve_backward_data,
                                 convolve_backward_params, convolve_forward)
 from .natural_gradient import OnlineNaturalGradient, cached_preconditioner
+from .numeric import scale_arrays
 
 
 def _split_ints(cfl: ConfigLine, comp: Component, text: str, sep: str, what: str) -> list[int]:
@@ -37,14 +38,6 @@ def _split_ints(cfl: ConfigLine, comp: Component, text: str, sep: str, what: str
 
 def _is_sorted_uniq(v: list) -> bool:
     return all(a < b for a, b in zip(v, v[1:]))
-
-
-def _scale_arrays(scale: float, *arrays: np.ndarray) -> None:
-    for a in arrays:
-        if scale == 0.0:
-            a[...] = 0.0
-        else:
-            a *= np.float32(scale)
 
 
 @dataclass
@@ -274,7 +267,7 @@ class TimeHeightConvolutionComponent(UpdatableComponent):
 
     # -- parameters ------------------------------------------------------------
     def scale(self, alpha: float) -> None:
-        _scale_arrays(alpha, self.linear_params, self.bias_params)
+        scale_arrays(alpha, self.linear_params, self.bias_params)
 
     def add(self, alpha: float, other: Component) -> None:
         assert isinstance(other, TimeHeightConvolutionComponent)
@@ -530,7 +523,7 @@ class ConvolutionComponent(UpdatableComponent):
         return s
 
     def scale(self, alpha: float) -> None:
-        _scale_arrays(alpha, self.filter_params, self.bias_params)
+        scale_arrays(alpha, self.filter_params, self.bias_params)
 
     def add(self, alpha: float, other: Component) -> None:
         assert isinstance(other, ConvolutionComponent)

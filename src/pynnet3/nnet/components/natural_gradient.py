@@ -38,6 +38,7 @@ import numpy as np
 from ... import log
 from ...blas import add_mat_mat, trace_mat_mat_t
 from ...errors import NumericalError
+from ...io.kaldi_io import f32
 from .base import fmt_g, rng
 
 F32 = np.float32
@@ -50,11 +51,6 @@ NUM_INITIAL_UPDATES = 10
 CONDITION_THRESHOLD = 1.0e+06
 # O_t = R_t R_t^T may deviate this much from the identity before we act.
 ORTHOGONALITY_THRESHOLD = 1.0e-03
-
-
-def f32(x: float) -> float:
-    """Round to float32 (what storing into a Kaldi BaseFloat does)."""
-    return float(F32(x))
 
 
 def _trace_mat_mat_t(x: np.ndarray) -> float:

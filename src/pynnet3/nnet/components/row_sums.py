@@ -5,7 +5,7 @@ VectorBase::ApplySoftMax / ApplyLogSoftMax and friends on the CPU).
 NumPy has no sequential float32 reduction: its sums are pairwise, and a
 cumulative sum (the exact alternative) writes a full-size temporary and runs
 about 4x slower than this loop.  Imported lazily (it compiles with Numba)
-by :func:`pynnet3.nnet.components.simple._seq_sum_f32`.
+by :func:`pynnet3.nnet.components.numeric.seq_sum_f32`.
 """
 from __future__ import annotations
 

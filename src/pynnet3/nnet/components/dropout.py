@@ -1,6 +1,7 @@
-"""General components, part 2: ConstantComponent and the random components
-(DropoutMaskComponent, GeneralDropoutComponent, SpecAugmentTimeMaskComponent).
-Kaldi reference: nnet-general-component.{h,cc}.  Imported by :mod:`general`.
+"""Dropout and random masking: DropoutComponent (Kaldi's
+nnet-simple-component.{h,cc}) and, from nnet-general-component.{h,cc},
+the RandomComponent base with DropoutMaskComponent, GeneralDropoutComponent
+and SpecAugmentTimeMaskComponent.
 
 Random masks are drawn from NumPy's generator (:func:`base.rng`); Kaldi uses
 its own CuRand / rand() streams, which cannot be reproduced, so training-mode
@@ -13,26 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from ...io.kaldi_io import KaldiReader, KaldiWriter
+from ...io.kaldi_io import KaldiReader, KaldiWriter, f32
 from ..config_line import ConfigLine
 from ..index import Index, first_appearance_numbers, index_columns
-from .base import (Component, Prop, UpdatableComponent, fmt_bool, fmt_g, print_parameter_stats,
-                   randn, register, reshape_rows, rng)
-from .natural_gradient import OnlineNaturalGradient
-
-_F32 = np.float32
-
-
-def _f32(x: float) -> float:
-    return float(np.float32(x))
-
-
-def _peek_char(r: KaldiReader) -> str:
-    """Kaldi's PeekToken: the character after '<' of the next token."""
-    tok = r.peek_token()
-    if tok.startswith("<"):
-        return tok[1:2]
-    return tok[:1]
+from .base import Component, Prop, expect_or_error, fmt_bool, fmt_g, register, reshape_rows, rng
+from .numeric import F32
 
 
 def _rand_int(lo: int, hi: int) -> int:
@@ -53,135 +39,113 @@ class RandomComponent(Component):
         """Kaldi reseeds its GPU generator here; NumPy's is process-wide."""
 
 
-# ---------------------------------------------------------------------------
-
-
 @register
-class ConstantComponent(UpdatableComponent):
-    """Outputs a (possibly trainable) constant vector; needs no input."""
+class DropoutComponent(Component):
+    """Zeroes a random proportion of the input (per element or per frame);
+    in test mode scales by (1 - proportion) instead."""
 
-    type_name = "ConstantComponent"
+    type_name = "DropoutComponent"
 
     def __init__(self) -> None:
-        super().__init__()
-        self.output = np.zeros(0, dtype=_F32)
-        self.is_updatable_ = True
-        self.use_natural_gradient = True
-        # Kaldi's defaults (not configurable); its state is never written.
-        self.preconditioner = OnlineNaturalGradient()
+        self.dim = 0
+        self.dropout_proportion = 0.0
+        self.dropout_per_frame = False
+        self.test_mode = False
 
     def input_dim(self) -> int:
-        return int(self.output.shape[0])
+        return self.dim
 
     def output_dim(self) -> int:
-        return int(self.output.shape[0])
+        return self.dim
 
     def properties(self) -> int:
-        return int(Prop.UPDATABLE) if self.is_updatable_ else 0
+        return (Prop.BACKPROP_IN_PLACE | Prop.SIMPLE | Prop.BACKPROP_NEEDS_INPUT
+                | Prop.BACKPROP_NEEDS_OUTPUT | Prop.RANDOM)
+
+    def set_test_mode(self, test_mode: bool) -> None:
+        self.test_mode = bool(test_mode)
+
+    def set_dropout_proportion(self, proportion: float) -> None:
+        self.dropout_proportion = f32(proportion)
+
+    def reset_generator(self) -> None:
+        """Kaldi reseeds its GPU generator here; NumPy's generator is process-wide."""
 
     def init_from_config(self, cfl: ConfigLine) -> None:
-        self.init_learning_rates_from_config(cfl)
-        output_dim = cfl.get_int("output-dim")
-        self.is_updatable_ = cfl.get_bool("is-updatable", True)
-        self.use_natural_gradient = cfl.get_bool("use-natural-gradient", True)
-        output_mean = _F32(cfl.get_float("output-mean", 0.0))
-        output_stddev = _F32(cfl.get_float("output-stddev", 0.0))
-        if output_dim is None or output_dim <= 0:
-            raise self.config_error(cfl, "output-dim must be given and > 0")
-        self.output = np.ascontiguousarray(randn(output_dim) * output_stddev + output_mean,
-                                           dtype=_F32)
-
-    def read(self, r: KaldiReader) -> None:
-        token = self.read_updatable_common(r, read_next=True)
-        if token != "<Output>":
-            raise r.error(f"ConstantComponent: expected token <Output>, got {token[:40]}")
-        self.output = np.ascontiguousarray(r.read_vector(), dtype=_F32)
-        r.expect_token("<IsUpdatable>")
-        self.is_updatable_ = r.read_bool()
-        r.expect_token("<UseNaturalGradient>")
-        self.use_natural_gradient = r.read_bool()
-        r.expect_token(self.closing_tag())
-
-    def write(self, w: KaldiWriter) -> None:
-        self.write_updatable_common(w)
-        w.write_token("<Output>")
-        w.write_vector(self.output)
-        w.write_token("<IsUpdatable>")
-        w.write_bool(self.is_updatable_)
-        w.write_token("<UseNaturalGradient>")
-        w.write_bool(self.use_natural_gradient)
-        w.write_token(self.closing_tag())
+        self.test_mode = False
+        dim = cfl.get_int("dim")
+        prop = cfl.get_float("dropout-proportion")
+        self.dropout_per_frame = cfl.get_bool("dropout-per-frame", False)
+        self.test_mode = cfl.get_bool("test-mode", False)
+        expect_or_error(dim is not None and prop is not None and dim > 0
+                        and 0.0 <= prop <= 1.0, self, cfl,
+                        "dim > 0 and dropout-proportion in [0, 1] required")
+        self.dim = dim
+        self.dropout_proportion = f32(prop)
 
     def info(self) -> str:
-        return (UpdatableComponent.info(self)
-                + f", {self.type_name}, output-dim={self.output_dim()}"
-                + f", is-updatable={fmt_bool(self.is_updatable_)}"
-                + f", use-natural-gradient={fmt_bool(self.use_natural_gradient)}"
-                + print_parameter_stats("output", self.output, include_mean=True))
+        return (f"{self.type_name}, dim={self.dim}, dropout-proportion="
+                f"{fmt_g(self.dropout_proportion)}, dropout-per-frame="
+                f"{'true' if self.dropout_per_frame else 'false'}")
 
-    # -- compiler hooks: no input is needed --------------------------------
-    def get_input_indexes(self, misc_info: Any, output_index) -> list[Index]:
-        return []
+    def read(self, r: KaldiReader) -> None:
+        token = r.read_token()
+        if token == "<DropoutComponent>":
+            token = r.read_token()
+        if token != "<Dim>":
+            raise r.error(f"DropoutComponent: expected <Dim>, got {token[:40]}")
+        self.dim = r.read_int32()
+        r.expect_token("<DropoutProportion>")
+        self.dropout_proportion = r.read_float()
+        token = r.read_token()
+        if token == "<DropoutPerFrame>":
+            self.dropout_per_frame = r.read_bool()
+            token = r.read_token()
+        else:
+            self.dropout_per_frame = False
+        if token == "<TestMode>":
+            self.test_mode = r.read_bool()
+            r.expect_token("</DropoutComponent>")
+        else:
+            self.test_mode = False
+            if token != "</DropoutComponent>":
+                raise r.error(f"DropoutComponent: expected </DropoutComponent>, got {token[:40]}")
 
-    def is_computable(self, misc_info: Any, output_index, input_index_set) -> tuple[bool, list]:
-        return True, []
+    def write(self, w: KaldiWriter) -> None:
+        w.write_token("<DropoutComponent>")
+        w.write_token("<Dim>")
+        w.write_int32(self.dim)
+        w.write_token("<DropoutProportion>")
+        w.write_float(self.dropout_proportion)
+        w.write_token("<DropoutPerFrame>")
+        w.write_bool(self.dropout_per_frame)
+        w.write_token("<TestMode>")
+        w.write_bool(self.test_mode)
+        w.write_token("</DropoutComponent>")
 
-    def get_input_index_offsets(self) -> list[tuple[int, int, int]]:
-        # No offsets: no inputs, always computable (the graph builders' table form).
-        return []
-
-    # -- parameters --------------------------------------------------------
-    def num_parameters(self) -> int:
-        return self.output_dim() if self.is_updatable_ else 0
-
-    def scale(self, alpha: float) -> None:
-        if self.is_updatable_:
-            if alpha == 0.0:
-                self.output = np.zeros_like(self.output)
-            else:
-                self.output = (self.output * _F32(alpha)).astype(_F32)
-
-    def add(self, alpha: float, other: Component) -> None:
-        if self.is_updatable_:
-            assert isinstance(other, ConstantComponent)
-            self.output = (self.output + _F32(alpha) * other.output).astype(_F32)
-
-    def perturb_params(self, stddev: float) -> None:
-        self.output = (self.output + _F32(stddev) * randn(self.output_dim())).astype(_F32)
-
-    def dot_product(self, other: "ConstantComponent") -> float:
-        return float(np.dot(self.output.astype(np.float64), other.output.astype(np.float64)))
-
-    def vectorize(self) -> np.ndarray:
-        return self.output.copy()
-
-    def unvectorize(self, params: np.ndarray) -> None:
-        self.output = np.ascontiguousarray(params, dtype=_F32).reshape(-1).copy()
-
-    def propagate(self, indexes, in_value, out_value: np.ndarray):
-        out_value[...] = self.output[None, :]
+    def propagate(self, indexes: Any, in_value: np.ndarray, out_value: np.ndarray) -> Any:
+        p = self.dropout_proportion
+        if self.test_mode:
+            out_value[...] = in_value * F32(1.0 - p)
+            return None
+        # Not Kaldi's CuRand stream: the masks are random all the same.
+        if not self.dropout_per_frame:
+            mask = (rng().random(in_value.shape, dtype=F32) - F32(p) > 0).astype(F32)
+        else:
+            mask = (rng().random((in_value.shape[0], 1), dtype=F32) - F32(p) > 0).astype(F32)
+        out_value[...] = mask * in_value
         return None
 
-    def backprop(self, debug_info: str, indexes, in_value, out_value, out_deriv: np.ndarray,
-                 memo, to_update, in_deriv) -> None:
-        # The output does not depend on the input: nothing goes to in_deriv.
-        if not isinstance(to_update, ConstantComponent) or not to_update.is_updatable_:
+    def backprop(self, debug_info: str, indexes: Any, in_value: np.ndarray | None,
+                 out_value: np.ndarray | None, out_deriv: np.ndarray, memo: Any,
+                 to_update: Component | None, in_deriv: np.ndarray | None) -> None:
+        if in_deriv is None:
             return
-        lr = _F32(to_update.learning_rate)
-        if to_update.use_natural_gradient and not to_update.is_gradient:
-            deriv = np.array(out_deriv, dtype=_F32, order="C", copy=True)
-            scale = to_update.preconditioner.precondition_directions(deriv)
-            lr = _F32(_F32(scale) * lr)
-        else:
-            deriv = out_deriv
-        to_update.output = (to_update.output
-                            + lr * deriv.sum(axis=0, dtype=_F32)).astype(_F32)
-
-    def freeze_natural_gradient(self, freeze: bool) -> None:
-        self.preconditioner.freeze(freeze)
-
-
-# ---------------------------------------------------------------------------
+        # SetMatMatDivMat: out_deriv * out_value / in_value, or out_deriv
+        # itself where the input is zero.
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = out_deriv * out_value / in_value
+        in_deriv[...] = np.where(in_value == 0, out_deriv, ratio)
 
 
 @register
@@ -206,14 +170,14 @@ class DropoutMaskComponent(RandomComponent):
         return int(Prop.RANDOM)
 
     def set_dropout_proportion(self, p: float) -> None:
-        self.dropout_proportion = _f32(p)
+        self.dropout_proportion = f32(p)
 
     def init_from_config(self, cfl: ConfigLine) -> None:
         dim = cfl.get_int("output-dim")
         if dim is None or dim <= 0:
             raise self.config_error(cfl, "output-dim must be given and > 0")
         self.output_dim_ = dim
-        self.dropout_proportion = _f32(cfl.get_float("dropout-proportion", 0.5))
+        self.dropout_proportion = f32(cfl.get_float("dropout-proportion", 0.5))
         self.continuous = cfl.get_bool("continuous", False)
         self.test_mode = cfl.get_bool("test-mode", False)
 
@@ -222,12 +186,12 @@ class DropoutMaskComponent(RandomComponent):
         self.output_dim_ = r.read_int32()
         r.expect_token("<DropoutProportion>")
         self.dropout_proportion = r.read_float()
-        if _peek_char(r) == "T":
+        if r.peek_char() == "T":
             r.expect_token("<TestMode>")
             self.test_mode = r.read_bool()
         else:
             self.test_mode = False
-        if _peek_char(r) == "C":
+        if r.peek_char() == "C":
             r.expect_token("<Continuous>")
             self.continuous = True
         else:
@@ -270,28 +234,25 @@ class DropoutMaskComponent(RandomComponent):
             if self.test_mode:
                 out_value[...] = 1.0
             else:
-                u = rng().random(out_value.shape, dtype=_F32)
-                out_value[...] = u * _F32(p * 4.0) + _F32(1.0 - 2.0 * p)
+                u = rng().random(out_value.shape, dtype=F32)
+                out_value[...] = u * F32(p * 4.0) + F32(1.0 - 2.0 * p)
             return None
         if self.test_mode:
-            out_value[...] = _F32(1.0 - p)
+            out_value[...] = F32(1.0 - p)
             return None
-        u = rng().random(out_value.shape, dtype=_F32)
-        mask = (u - _F32(p) > 0).astype(_F32)
+        u = rng().random(out_value.shape, dtype=F32)
+        mask = (u - F32(p) > 0).astype(F32)
         if out_value.shape[1] in (2, 3):
             # For LSTMs: never drop both of the first two columns in a row.
-            v = rng().random(out_value.shape[0], dtype=_F32)
-            mask[:, 0] = (v - _F32(p) > 0)
-            mask[:, 1] = ((_F32(1.0 - p) - v) > 0)
+            v = rng().random(out_value.shape[0], dtype=F32)
+            mask[:, 0] = (v - F32(p) > 0)
+            mask[:, 1] = ((F32(1.0 - p) - v) > 0)
         out_value[...] = mask
         return None
 
     def backprop(self, debug_info: str, indexes, in_value, out_value, out_deriv, memo,
                  to_update, in_deriv) -> None:
         """Nothing to do: there is no input, and nothing to update."""
-
-
-# ---------------------------------------------------------------------------
 
 
 def _dropout_rows_tiled(input_indexes: list, output_indexes: list, time_period: int
@@ -389,7 +350,7 @@ class GeneralDropoutComponent(RandomComponent):
         return int(p)
 
     def set_dropout_proportion(self, p: float) -> None:
-        self.dropout_proportion = _f32(p)
+        self.dropout_proportion = f32(p)
 
     def init_from_config(self, cfl: ConfigLine) -> None:
         dim = cfl.get_int("dim")
@@ -401,8 +362,8 @@ class GeneralDropoutComponent(RandomComponent):
             raise self.config_error(cfl, f"invalid configuration dim={self.dim}, "
                                          f"block-dim={self.block_dim}")
         self.time_period = cfl.get_int("time-period", 0)
-        self.dropout_proportion = _f32(cfl.get_float("dropout-proportion", 0.5))
-        self.specaugment_max_proportion = _f32(cfl.get_float("specaugment-max-proportion", 0.0))
+        self.dropout_proportion = f32(cfl.get_float("dropout-proportion", 0.5))
+        self.specaugment_max_proportion = f32(cfl.get_float("specaugment-max-proportion", 0.0))
         self.specaugment_max_regions = cfl.get_int("specaugment-max-regions", 1)
         self.continuous = cfl.get_bool("continuous", False)
         self.test_mode = cfl.get_bool("test-mode", False)
@@ -426,16 +387,16 @@ class GeneralDropoutComponent(RandomComponent):
         self.dropout_proportion = r.read_float()
         self.specaugment_max_proportion = 0.0
         self.specaugment_max_regions = 1
-        if _peek_char(r) == "S":
+        if r.peek_char() == "S":
             r.expect_token("<SpecAugmentMaxProportion>")
             self.specaugment_max_proportion = r.read_float()
-            if _peek_char(r) == "S":
+            if r.peek_char() == "S":
                 r.expect_token("<SpecAugmentMaxRegions>")
                 self.specaugment_max_regions = r.read_int32()
-        self.test_mode = _peek_char(r) == "T"
+        self.test_mode = r.peek_char() == "T"
         if self.test_mode:
             r.expect_token("<TestMode>")
-        self.continuous = _peek_char(r) == "C"
+        self.continuous = r.peek_char() == "C"
         if self.continuous:
             r.expect_token("<Continuous>")
         r.expect_token(self.closing_tag())
@@ -502,7 +463,7 @@ class GeneralDropoutComponent(RandomComponent):
         """The random mask, num_mask_rows x block_dim."""
         bd = self.block_dim
         if self.specaugment_max_proportion != 0.0:
-            mask = np.ones((num_mask_rows, bd), dtype=_F32)
+            mask = np.ones((num_mask_rows, bd), dtype=F32)
             max_zeroed = int(bd * self.specaugment_max_proportion + 0.5)
             for seq in range(num_mask_rows):
                 this_mask = mask[seq]
@@ -524,11 +485,11 @@ class GeneralDropoutComponent(RandomComponent):
                         a, b = (s + i) % bd, (e - i) % bd
                         this_mask[a], this_mask[b] = this_mask[b], this_mask[a]
             return mask
-        p = _F32(self.dropout_proportion)
-        u = rng().random((num_mask_rows, bd), dtype=_F32)
+        p = F32(self.dropout_proportion)
+        u = rng().random((num_mask_rows, bd), dtype=F32)
         if not self.continuous:
-            return ((u - p > 0).astype(_F32) * _F32(1.0 / (1.0 - p))).astype(_F32)
-        return (u * _F32(p * 4.0) + _F32(1.0 - 2.0 * p)).astype(_F32)
+            return ((u - p > 0).astype(F32) * F32(1.0 / (1.0 - p))).astype(F32)
+        return (u * F32(p * 4.0) + F32(1.0 - 2.0 * p)).astype(F32)
 
     def propagate(self, indexes: GeneralDropoutComponentPrecomputedIndexes,
                   in_value: np.ndarray, out_value: np.ndarray):
@@ -559,9 +520,6 @@ class GeneralDropoutComponent(RandomComponent):
             raise ValueError("GeneralDropoutComponent.backprop needs the mask from propagate")
         per_row = memo[np.asarray(indexes.indexes, dtype=np.int64)]
         reshape_rows(in_deriv, self.block_dim)[...] *= per_row
-
-
-# ---------------------------------------------------------------------------
 
 
 @dataclass
@@ -618,7 +576,7 @@ class SpecAugmentTimeMaskComponent(RandomComponent):
         if dim is None or dim <= 0:
             raise self.config_error(cfl, "dim must be given and > 0")
         self.dim = dim
-        self.zeroed_proportion = _f32(cfl.get_float("zeroed-proportion", 0.25))
+        self.zeroed_proportion = f32(cfl.get_float("zeroed-proportion", 0.25))
         self.time_mask_max_frames = cfl.get_int("time-mask-max-frames", 10)
         if self.time_mask_max_frames <= 1:
             raise self.config_error(cfl, "time-mask-max-frames must be > 1")
@@ -630,7 +588,7 @@ class SpecAugmentTimeMaskComponent(RandomComponent):
         self.zeroed_proportion = r.read_float()
         r.expect_token("<TimeMaskMaxFrames>")
         self.time_mask_max_frames = r.read_int32()
-        self.test_mode = _peek_char(r) == "T"
+        self.test_mode = r.peek_char() == "T"
         if self.test_mode:
             r.expect_token("<TestMode>")
         r.expect_token(self.closing_tag())
@@ -672,10 +630,10 @@ class SpecAugmentTimeMaskComponent(RandomComponent):
         z = self.zeroed_proportion
         max_zeroed = self.time_mask_max_frames
         # int * float / float in C++ float arithmetic, truncated to int.
-        max_kept = int(_F32(max_zeroed) * _F32(1 - _F32(z)) / _F32(z))
+        max_kept = int(F32(max_zeroed) * F32(1 - F32(z)) / F32(z))
         if max_zeroed <= 0 or max_kept <= 0:
             raise ValueError("SpecAugmentTimeMaskComponent: zeroed-proportion too large")
-        mask = np.zeros(pi.tot_size, dtype=_F32)
+        mask = np.zeros(pi.tot_size, dtype=F32)
         for rows in pi.indexes:
             t = 0
             while t < len(rows):

@@ -17,17 +17,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ... import log
-from ...io.kaldi_io import KaldiReader, KaldiWriter
+from ...io.kaldi_io import KaldiReader, KaldiWriter, f32
 from ..config_line import ConfigLine
-from .base import (Component, Prop, fmt_bool, fmt_g, register, reshape_rows, rng,
-                   summarize_vector)
+from .base import Component, Prop, fmt_bool, fmt_g, register, reshape_rows, rng, summarize_vector
 
 _F32 = np.float32
-
-
-def _f32(x: float) -> float:
-    """Round a Python float to float32 (C++ conversion of a double to float)."""
-    return float(np.float32(x))
 
 
 def _same_data(a: np.ndarray, b: np.ndarray) -> bool:
@@ -82,7 +76,7 @@ class NormalizeComponent(Component):
         ok = dim is not None
         self.input_dim_ = dim if dim is not None else 0
         self.block_dim = cfl.get_int("block-dim", self.input_dim_)
-        self.target_rms = _f32(cfl.get_float("target-rms", 1.0))
+        self.target_rms = f32(cfl.get_float("target-rms", 1.0))
         self.add_log_stddev = cfl.get_bool("add-log-stddev", False)
         if (not ok or self.input_dim_ <= 0 or self.target_rms <= 0.0 or self.block_dim <= 0
                 or self.input_dim_ % self.block_dim != 0):
@@ -224,7 +218,7 @@ class BatchNormComponent(Component):
     def __init__(self) -> None:
         self.dim = 0
         self.block_dim = 0
-        self.epsilon = _f32(1.0e-03)
+        self.epsilon = f32(1.0e-03)
         self.target_rms = 1.0
         self.test_mode = False
         self.count = 0.0                     # double in Kaldi
@@ -299,8 +293,8 @@ class BatchNormComponent(Component):
     def init_from_config(self, cfl: ConfigLine) -> None:
         dim = cfl.get_int("dim")
         self.block_dim = cfl.get_int("block-dim", -1)
-        self.epsilon = _f32(cfl.get_float("epsilon", 1.0e-03))
-        self.target_rms = _f32(cfl.get_float("target-rms", 1.0))
+        self.epsilon = f32(cfl.get_float("epsilon", 1.0e-03))
+        self.target_rms = f32(cfl.get_float("target-rms", 1.0))
         self.test_mode = cfl.get_bool("test-mode", False)
         if dim is None or dim <= 0:
             raise self.config_error(cfl, "BatchNormComponent must have 'dim' specified, and > 0")
@@ -385,14 +379,14 @@ class BatchNormComponent(Component):
             self.stats_sum = np.zeros_like(self.stats_sum)
             self.stats_sumsq = np.zeros_like(self.stats_sumsq)
         else:
-            a = _f32(alpha)
+            a = f32(alpha)
             self.count *= a
             self.stats_sum = self.stats_sum * a
             self.stats_sumsq = self.stats_sumsq * a
 
     def add(self, alpha: float, other: Component) -> None:
         assert isinstance(other, BatchNormComponent)
-        a = _f32(alpha)
+        a = f32(alpha)
         self.count += a * other.count
         self.stats_sum = self.stats_sum + a * other.stats_sum
         self.stats_sumsq = self.stats_sumsq + a * other.stats_sumsq
@@ -498,7 +492,7 @@ class BatchNormComponent(Component):
         if self.stats_sum.shape[0] != self.block_dim:
             self.stats_sum = np.zeros(self.block_dim, dtype=np.float64)
             self.stats_sumsq = np.zeros(self.block_dim, dtype=np.float64)
-        n = _f32(memo.num_frames)
+        n = f32(memo.num_frames)
         self.count += n
         self.stats_sum = self.stats_sum + n * memo.mean_uvar_scale[0].astype(np.float64)
         self.stats_sumsq = self.stats_sumsq + n * memo.mean_uvar_scale[1].astype(np.float64)

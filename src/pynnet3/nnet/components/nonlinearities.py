@@ -1,18 +1,14 @@
-"""Simple components (Kaldi's nnet-simple-component.{h,cc}), part 1.
+"""Nonlinearities (Kaldi's nnet-simple-component.{h,cc}): SigmoidComponent,
+TanhComponent, RectifiedLinearComponent, SoftmaxComponent, LogSoftmaxComponent
+with their common base NonlinearComponent, and PnormComponent.
 
-"Simple" components map each input row to one output row and don't care
-about indexes.  This module holds the nonlinearities (with the statistics
-machinery of Kaldi's NonlinearComponent base class) and the fixed
-components with an input and an output dim (Pnorm, ElementwiseProduct).
-The other fixed components are in :mod:`.simple2`, the trainable
-per-element ones in :mod:`.simple3`; both are imported at the end of this
-module (the family is split only to keep files short).
-
-Numerics.  Model files store NonlinearComponent statistics divided by their
-count (float32) while memory holds the sums (float64).  Reading multiplies
-back, writing divides again, so a Kaldi read/write cycle is not always the
-identity.  To be byte-identical with Kaldi we repeat its exact arithmetic:
-see :func:`_stats_to_file` and :meth:`NonlinearComponent.read`.
+Simple components map each input row to one output row and don't care about
+indexes.  NonlinearComponent keeps statistics of the values and derivatives
+it sees (for diagnostics and self-repair).  Model files store them divided by
+their count (float32) while memory holds the sums (float64): reading
+multiplies back, writing divides again, so a Kaldi read/write cycle is not
+always the identity.  To be byte-identical with Kaldi we repeat its exact
+arithmetic: see :func:`_stats_to_file` and :meth:`NonlinearComponent.read`.
 
 Propagate/backprop operate on float32 2-d arrays whose rows are frames;
 they write into ``out_value`` / ``in_deriv`` (which may be the same array as
@@ -24,76 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from ...io.kaldi_io import KaldiReader, KaldiWriter
+from ...io.kaldi_io import KaldiReader, KaldiWriter, f32
 from ..config_line import ConfigLine
-from .base import Component, Prop, fmt_g, register, rng, summarize_vector
+from .base import (Component, InOutDimComponent, Prop, expect_or_error, fmt_g, register, rng,
+                   summarize_vector)
+from .numeric import F32, F64, seq_sum_f32
 
-F32 = np.float32
-F64 = np.float64
 
 # Kaldi's NonlinearComponent::kUnsetThreshold.
 UNSET_THRESHOLD = -1000.0
-
-
-def f32(x: float) -> float:
-    """Round a Python float to float32 (what storing into a BaseFloat does)."""
-    return float(np.float32(x))
-
-
-def _axpy_f32(alpha: float, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """y + alpha * x as BLAS saxpy computes it on FMA hardware.
-
-    The float32 product is exact in float64, so a single rounding of the
-    float64 sum to float32 matches a fused multiply-add (up to very rare
-    double-rounding ties).
-    """
-    a = F64(F32(alpha))
-    return (a * x.astype(F64) + y.astype(F64)).astype(F32)
-
-
-def _seq_sum_f32(x: np.ndarray, axis: int) -> np.ndarray:
-    """Sum along ``axis`` accumulating left to right in float32 (a C loop
-    ``Real sum = 0; sum += ...``), unlike NumPy's pairwise summation."""
-    if x.shape[axis] == 0:
-        shape = list(x.shape)
-        del shape[axis]
-        return np.zeros(shape, dtype=F32)
-    if x.dtype == F32 and x.ndim == 2 and axis in (1, -1):
-        from .row_sums import seq_row_sums_f32   # Numba: imported on first use
-
-        return seq_row_sums_f32(x)
-    return np.take(np.cumsum(x, axis=axis, dtype=F32), -1, axis=axis)
-
-
-def _split_ints(cfl: ConfigLine, key: str, seps: str) -> list[int] | None:
-    """Kaldi's SplitStringToIntegers(value, seps, omit_empty=true)."""
-    value = cfl.get_str(key)
-    if value is None:
-        return None
-    parts = [value]
-    for sep in seps:
-        parts = [q for p in parts for q in p.split(sep)]
-    out = []
-    for p in parts:
-        p = p.strip()
-        if not p:
-            continue
-        try:
-            out.append(int(p))
-        except ValueError:
-            raise cfl.error(f"option {key}={value}: expected integers separated by "
-                            f"'{seps}'") from None
-    return out
-
-
-def _expect_or_error(cond: bool, comp: Component, cfl: ConfigLine, what: str = "") -> None:
-    if not cond:
-        msg = "Invalid initializer for layer of type " + comp.type_name
-        raise comp.config_error(cfl, msg + (f": {what}" if what else ""))
-
-
-# ---------------------------------------------------------------------------
-# NonlinearComponent
 
 
 def _stats_to_file(sum64: np.ndarray, count: float) -> np.ndarray:
@@ -515,7 +450,7 @@ class SoftmaxComponent(NonlinearComponent):
         x = in_value.astype(F32, copy=True)
         x -= x.max(axis=1, keepdims=True)
         e = np.exp(x)
-        total = _seq_sum_f32(e, axis=1)
+        total = seq_sum_f32(e, axis=1)
         inv = (1.0 / total.astype(F64)).astype(F32)  # Scale(1.0 / sum) takes a float
         y = e * inv[:, None]
         out_value[...] = np.maximum(y, F32(1.0e-20))
@@ -555,7 +490,7 @@ class LogSoftmaxComponent(NonlinearComponent):
 
             total = seq_exp_row_sums_f32(x)
         else:
-            total = _seq_sum_f32(np.exp(x), axis=1)
+            total = seq_sum_f32(np.exp(x), axis=1)
         x -= np.log(total)[:, None]
         return None
 
@@ -596,41 +531,8 @@ def tanh_f32(x: np.ndarray) -> np.ndarray:
     return y.astype(F32)
 
 
-# ---------------------------------------------------------------------------
-# Fixed components with an input and an output dim
-
-
-class _InOutDimComponent(Component):
-    """Components written as ``<InputDim> i <OutputDim> o``."""
-
-    def __init__(self) -> None:
-        self._input_dim = 0
-        self._output_dim = 0
-
-    def input_dim(self) -> int:
-        return self._input_dim
-
-    def output_dim(self) -> int:
-        return self._output_dim
-
-    def read(self, r: KaldiReader) -> None:
-        self.expect_opening_or(r, "<InputDim>")
-        self._input_dim = r.read_int32()
-        r.expect_token("<OutputDim>")
-        self._output_dim = r.read_int32()
-        r.expect_token(self.closing_tag())
-
-    def write(self, w: KaldiWriter) -> None:
-        w.write_token(self.opening_tag())
-        w.write_token("<InputDim>")
-        w.write_int32(self._input_dim)
-        w.write_token("<OutputDim>")
-        w.write_int32(self._output_dim)
-        w.write_token(self.closing_tag())
-
-
 @register
-class PnormComponent(_InOutDimComponent):
+class PnormComponent(InOutDimComponent):
     """Output j = 2-norm of input group j (groups of input-dim/output-dim)."""
 
     type_name = "PnormComponent"
@@ -641,17 +543,17 @@ class PnormComponent(_InOutDimComponent):
     def init_from_config(self, cfl: ConfigLine) -> None:
         output_dim = cfl.get_int("output-dim")
         input_dim = cfl.get_int("input-dim")
-        _expect_or_error(output_dim is not None and input_dim is not None
-                         and output_dim > 0, self, cfl, "input-dim and output-dim > 0 required")
-        _expect_or_error(input_dim > 0 and input_dim % output_dim == 0, self, cfl,
-                         "input-dim must be a positive multiple of output-dim")
+        expect_or_error(output_dim is not None and input_dim is not None
+                        and output_dim > 0, self, cfl, "input-dim and output-dim > 0 required")
+        expect_or_error(input_dim > 0 and input_dim % output_dim == 0, self, cfl,
+                        "input-dim must be a positive multiple of output-dim")
         self._input_dim, self._output_dim = input_dim, output_dim
 
     def propagate(self, indexes: Any, in_value: np.ndarray, out_value: np.ndarray) -> Any:
         rows = in_value.shape[0]
         g = in_value.reshape(rows, self._output_dim, -1)
         sq = g * g
-        out_value[...] = np.sqrt(_seq_sum_f32(sq, axis=2))
+        out_value[...] = np.sqrt(seq_sum_f32(sq, axis=2))
         return None
 
     def backprop(self, debug_info: str, indexes: Any, in_value: np.ndarray | None,
@@ -665,51 +567,3 @@ class PnormComponent(_InOutDimComponent):
         with np.errstate(divide="ignore", invalid="ignore"):
             d = np.where(y == 0, F32(0.0), in_value / y)
         in_deriv[...] = (d * np.repeat(out_deriv, group, axis=1)).reshape(rows, -1)
-
-
-@register
-class ElementwiseProductComponent(_InOutDimComponent):
-    """Product of the input-dim/output-dim consecutive input blocks."""
-
-    type_name = "ElementwiseProductComponent"
-
-    def properties(self) -> int:
-        return Prop.SIMPLE | Prop.BACKPROP_NEEDS_INPUT
-
-    def init_from_config(self, cfl: ConfigLine) -> None:
-        output_dim = cfl.get_int("output-dim")
-        input_dim = cfl.get_int("input-dim")
-        _expect_or_error(output_dim is not None and input_dim is not None
-                         and output_dim > 0, self, cfl, "input-dim and output-dim > 0 required")
-        _expect_or_error(input_dim > output_dim and input_dim % output_dim == 0, self, cfl,
-                         "input-dim must be a multiple (>1) of output-dim")
-        self._input_dim, self._output_dim = input_dim, output_dim
-
-    def propagate(self, indexes: Any, in_value: np.ndarray, out_value: np.ndarray) -> Any:
-        d = self._output_dim
-        prod = in_value[:, 0:d].copy()
-        for i in range(1, self._input_dim // d):
-            prod *= in_value[:, i * d:(i + 1) * d]
-        out_value[...] = prod
-        return None
-
-    def backprop(self, debug_info: str, indexes: Any, in_value: np.ndarray | None,
-                 out_value: np.ndarray | None, out_deriv: np.ndarray, memo: Any,
-                 to_update: Component | None, in_deriv: np.ndarray | None) -> None:
-        if in_deriv is None:
-            return
-        d = self._output_dim
-        n = self._input_dim // d
-        result = np.empty((out_deriv.shape[0], self._input_dim), dtype=F32)
-        for i in range(n):
-            cur = out_deriv.astype(F32, copy=True)
-            for j in range(n):
-                if j != i:
-                    cur *= in_value[:, j * d:(j + 1) * d]
-            result[:, i * d:(i + 1) * d] = cur
-        in_deriv[...] = result
-
-
-# The other members of the family; imported as modules (not names) so that
-# importing simple2/simple3 first also works.
-from . import simple2, simple3  # noqa: E402,F401

@@ -1,20 +1,12 @@
-"""Block/repeated affine components and TdnnComponent; imported by :mod:`.affine`.
-
-``BlockAffineComponent``, ``RepeatedAffineComponent`` and
-``NaturalGradientRepeatedAffineComponent`` come from Kaldi's
-nnet-simple-component.cc, ``TdnnComponent`` from nnet-tdnn-component.cc.
+"""TdnnComponent (Kaldi's nnet-tdnn-component.cc).
 
 A TdnnComponent splices its input at a fixed list of time offsets and applies
 one affine (or linear, with ``use-bias=false``) transform to the spliced
 vector, without materialising the spliced matrix: the compiler reorders the
 input rows so that "the rows for time ``t + offset``" form a strided view of
 the input matrix, and :meth:`TdnnComponent.precompute_indexes` records the
-stride and one start row per offset.
-
-Index regularisation (finding the (n, x) pairs and a regular grid of t
-values, padding missing positions with blank ``t = kNoTime`` indexes) mirrors
-Kaldi's ``time_height_convolution::GetComputationIo`` and
-``GetIndexesForComputation``.
+stride and one start row per offset.  The index structure itself is in
+:mod:`.tdnn_indexes`.
 """
 from __future__ import annotations
 
@@ -25,324 +17,19 @@ from typing import Any
 
 import numpy as np
 
-from ...io.kaldi_io import KaldiReader, KaldiWriter
+from ...io.kaldi_io import KaldiReader, KaldiWriter, f32
 from ..config_line import ConfigLine
 from ..index import K_NO_TIME, Index, index_columns
 from ..index_lists import IndexList
-from .affine import (AffineParamsMixin, OnlineNaturalGradient, _random_bias, _random_params,
-                     _read_end_of_common, _rows_of, _set_preconditioner, f32, peek_char,
-                     verbose_level)
-from .base import (Prop, UpdatableComponent, fmt_g, print_parameter_stats, register,
-                   reshape_rows)
-from .natural_gradient import precondition_in_out
-# The regular (t-major) index structure TdnnComponent works with (names kept
-# importable from here).
-from .tdnn_indexes import (ComputationIo, _computation_io,  # noqa: F401
-                           _indexes_for_computation_columns, _modify_computation_io,
-                           _nx_keys, get_computation_io, get_indexes_for_computation,
-                           get_nx_list, get_t_list, regularize_t_list)
+from .affine import (AffineParamsMixin, random_bias, random_params, read_end_of_common,
+                     set_preconditioner, verbose_level)
+from .base import Prop, UpdatableComponent, fmt_g, print_parameter_stats, register
+from .natural_gradient import OnlineNaturalGradient, precondition_in_out
+from .tdnn_indexes import (_computation_io, _indexes_for_computation_columns,
+                           _modify_computation_io, _nx_keys, get_computation_io)
+
 
 _INT_RE = re.compile(r"^\s*[+-]?\d+\s*$")
-
-
-# ---------------------------------------------------------------------------
-# BlockAffineComponent
-
-
-@register
-class BlockAffineComponent(AffineParamsMixin, UpdatableComponent):
-    """Block-diagonal affine transform: ``num_blocks`` equal independent blocks.
-
-    ``linear_params`` stacks the blocks vertically: it is output-dim x
-    (input-dim / num-blocks); rows ``[b*R, (b+1)*R)`` (R = output-dim /
-    num-blocks) act on input columns ``[b*C, (b+1)*C)``.
-    """
-
-    type_name = "BlockAffineComponent"
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.linear_params = np.zeros((0, 0), dtype=np.float32)
-        self.bias_params = np.zeros((0,), dtype=np.float32)
-        self.num_blocks = 1
-
-    @classmethod
-    def from_repeated(cls, rac: "RepeatedAffineComponent") -> "BlockAffineComponent":
-        """Kaldi's BlockAffineComponent(const RepeatedAffineComponent&)."""
-        ans = cls()
-        for k in ("learning_rate", "learning_rate_factor", "is_gradient", "max_change",
-                  "l2_regularize"):
-            setattr(ans, k, getattr(rac, k))
-        ans.num_blocks = rac.num_repeats
-        ans.linear_params = np.ascontiguousarray(np.tile(rac.linear_params, (rac.num_repeats, 1)))
-        ans.bias_params = np.ascontiguousarray(np.tile(rac.bias_params, rac.num_repeats))
-        return ans
-
-    def input_dim(self) -> int:
-        return int(self.linear_params.shape[1]) * self.num_blocks
-
-    def output_dim(self) -> int:
-        return int(self.linear_params.shape[0])
-
-    def properties(self) -> int:
-        return int(Prop.SIMPLE | Prop.UPDATABLE | Prop.BACKPROP_NEEDS_INPUT | Prop.BACKPROP_ADDS)
-
-    def init_from_config(self, cfl: ConfigLine) -> None:
-        input_dim = cfl.get_int("input-dim")
-        output_dim = cfl.get_int("output-dim")
-        num_blocks = cfl.get_int("num-blocks")
-        if input_dim is None or output_dim is None or num_blocks is None:
-            raise self.config_error(cfl, "invalid initializer: input-dim, output-dim and "
-                                         "num-blocks are required")
-        self.init_learning_rates_from_config(cfl)
-        if not (input_dim > 0 and output_dim > 0 and num_blocks >= 1):
-            raise self.config_error(cfl, "input-dim and output-dim must be positive and "
-                                         "num-blocks >= 1")
-        if output_dim % num_blocks != 0 or input_dim % num_blocks != 0:
-            raise self.config_error(cfl, "num-blocks must divide input-dim and output-dim")
-        param_stddev = cfl.get_float("param-stddev", 1.0 / math.sqrt(input_dim // num_blocks))
-        bias_stddev = cfl.get_float("bias-stddev", 1.0)
-        bias_mean = cfl.get_float("bias-mean", 0.0)
-        if param_stddev < 0.0 or bias_stddev < 0.0:
-            raise self.config_error(cfl, "param-stddev and bias-stddev must be >= 0")
-        self.linear_params = _random_params(output_dim, input_dim // num_blocks, param_stddev)
-        self.bias_params = _random_bias(output_dim, bias_stddev, bias_mean)
-        self.num_blocks = num_blocks
-
-    def read(self, r: KaldiReader) -> None:
-        _read_end_of_common(r, self)
-        r.expect_token("<NumBlocks>")
-        self.num_blocks = r.read_int32()
-        r.expect_token("<LinearParams>")
-        self.linear_params = r.read_matrix()
-        r.expect_token("<BiasParams>")
-        self.bias_params = r.read_vector()
-        if peek_char(r) == "I":
-            r.expect_token("<IsGradient>")
-            self.is_gradient = r.read_bool()
-        r.expect_token("</BlockAffineComponent>")
-        if self.num_blocks < 1 or self.linear_params.shape[0] % self.num_blocks != 0:
-            raise r.error(f"BlockAffineComponent: num-blocks {self.num_blocks} does not divide "
-                          f"the {self.linear_params.shape[0]} rows")
-
-    def write(self, w: KaldiWriter) -> None:
-        self.write_updatable_common(w)
-        w.write_token("<NumBlocks>")
-        w.write_int32(self.num_blocks)
-        w.write_token("<LinearParams>")
-        w.write_matrix(self.linear_params)
-        w.write_token("<BiasParams>")
-        w.write_vector(self.bias_params)
-        w.write_token("</BlockAffineComponent>")
-
-    def info(self) -> str:
-        return (super().info() + f", num-blocks={self.num_blocks}"
-                + print_parameter_stats("linear-params", self.linear_params)
-                + print_parameter_stats("bias", self.bias_params, True))
-
-    def propagate(self, indexes: Any, in_value: np.ndarray, out_value: np.ndarray) -> None:
-        _rows_of(in_value, out_value)
-        nb = self.num_blocks
-        rows = in_value.shape[0]
-        cols_in = self.linear_params.shape[1]
-        rows_out = self.linear_params.shape[0] // nb
-        x = in_value.reshape(rows, nb, cols_in).transpose(1, 0, 2)         # (nb, N, C)
-        wt = self.linear_params.reshape(nb, rows_out, cols_in).transpose(0, 2, 1)  # (nb, C, R)
-        y = np.matmul(x, wt)                                               # (nb, N, R)
-        out_value[...] = self.bias_params
-        out_value += y.transpose(1, 0, 2).reshape(rows, nb * rows_out)
-        return None
-
-    def backprop(self, debug_info: str, indexes: Any, in_value: np.ndarray | None,
-                 out_value: np.ndarray | None, out_deriv: np.ndarray, memo: Any,
-                 to_update: Any, in_deriv: np.ndarray | None) -> None:
-        # Block b: out cols [b*R, (b+1)*R) <- in cols [b*C, (b+1)*C).
-        nb = self.num_blocks
-        rows = out_deriv.shape[0]
-        cols_in = self.linear_params.shape[1]
-        rows_out = self.linear_params.shape[0] // nb
-        od = out_deriv.reshape(rows, nb, rows_out).transpose(1, 0, 2)          # (nb, N, R)
-        if in_deriv is not None:
-            w = self.linear_params.reshape(nb, rows_out, cols_in)              # (nb, R, C)
-            in_deriv += np.matmul(od, w).transpose(1, 0, 2).reshape(rows, nb * cols_in)
-        if isinstance(to_update, BlockAffineComponent):
-            # No natural gradient for this type, even when not is_gradient.
-            lr = np.float32(to_update.learning_rate)
-            x = in_value.reshape(rows, nb, cols_in).transpose(1, 0, 2)         # (nb, N, C)
-            grad = np.matmul(od.transpose(0, 2, 1), x)                          # (nb, R, C)
-            to_update.linear_params += lr * grad.reshape(nb * rows_out, cols_in)
-            to_update.bias_params += lr * out_deriv.sum(axis=0, dtype=np.float32)
-
-
-# ---------------------------------------------------------------------------
-# RepeatedAffineComponent and its natural-gradient version
-
-
-@register
-class RepeatedAffineComponent(AffineParamsMixin, UpdatableComponent):
-    """One small affine block applied to ``num_repeats`` consecutive input chunks.
-
-    Only that block is stored, so num_parameters() is not multiplied by
-    num-repeats (as in Kaldi).
-    """
-
-    type_name = "RepeatedAffineComponent"
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.linear_params = np.zeros((0, 0), dtype=np.float32)
-        self.bias_params = np.zeros((0,), dtype=np.float32)
-        self.num_repeats = 1
-
-    def input_dim(self) -> int:
-        return int(self.linear_params.shape[1]) * self.num_repeats
-
-    def output_dim(self) -> int:
-        return int(self.linear_params.shape[0]) * self.num_repeats
-
-    def properties(self) -> int:
-        return int(Prop.SIMPLE | Prop.UPDATABLE | Prop.BACKPROP_NEEDS_INPUT | Prop.BACKPROP_ADDS
-                   | Prop.INPUT_CONTIGUOUS | Prop.OUTPUT_CONTIGUOUS)
-
-    def set_natural_gradient_configs(self) -> None:
-        """Hook for the natural-gradient subclass (nothing for plain SGD)."""
-
-    def init_from_config(self, cfl: ConfigLine) -> None:
-        self.init_learning_rates_from_config(cfl)
-        num_repeats = cfl.get_int("num-repeats")
-        input_dim = cfl.get_int("input-dim")
-        output_dim = cfl.get_int("output-dim")
-        if num_repeats is None or input_dim is None or output_dim is None:
-            raise self.config_error(cfl, "bad initializer: num-repeats, input-dim and "
-                                         "output-dim are required")
-        if num_repeats <= 0 or input_dim <= 0 or output_dim <= 0:
-            raise self.config_error(cfl, "num-repeats, input-dim and output-dim must be "
-                                         "positive")
-        if input_dim % num_repeats != 0:
-            raise self.config_error(cfl, "num-repeats must divide input-dim")
-        if output_dim % num_repeats != 0:
-            raise self.config_error(cfl, "num-repeats must divide output-dim")
-        param_stddev = cfl.get_float("param-stddev", 1.0 / math.sqrt(input_dim // num_repeats))
-        bias_mean = cfl.get_float("bias-mean", 0.0)
-        bias_stddev = cfl.get_float("bias-stddev", 0.0)
-        if param_stddev < 0.0:
-            raise self.config_error(cfl, "param-stddev must be >= 0")
-        self.num_repeats = num_repeats
-        self.linear_params = _random_params(output_dim // num_repeats,
-                                            input_dim // num_repeats, param_stddev)
-        self.bias_params = _random_bias(output_dim // num_repeats, bias_stddev, bias_mean)
-        self.set_natural_gradient_configs()
-
-    def read(self, r: KaldiReader) -> None:
-        _read_end_of_common(r, self)
-        r.expect_token("<NumRepeats>")
-        self.num_repeats = r.read_int32()
-        r.expect_token("<LinearParams>")
-        self.linear_params = r.read_matrix()
-        r.expect_token("<BiasParams>")
-        self.bias_params = r.read_vector()
-        if peek_char(r) == "I":
-            r.expect_token("<IsGradient>")
-            self.is_gradient = r.read_bool()
-        r.expect_token(self.closing_tag())
-        if self.num_repeats < 1:
-            raise r.error(f"{self.type_name}: bad num-repeats {self.num_repeats}")
-        self.set_natural_gradient_configs()
-
-    def write(self, w: KaldiWriter) -> None:
-        self.write_updatable_common(w)
-        w.write_token("<NumRepeats>")
-        w.write_int32(self.num_repeats)
-        w.write_token("<LinearParams>")
-        w.write_matrix(self.linear_params)
-        w.write_token("<BiasParams>")
-        w.write_vector(self.bias_params)
-        w.write_token(self.closing_tag())
-
-    def info(self) -> str:
-        return (super().info() + f", num-repeats={self.num_repeats}"
-                + print_parameter_stats("linear-params", self.linear_params)
-                + print_parameter_stats("bias", self.bias_params, True))
-
-    def propagate(self, indexes: Any, in_value: np.ndarray, out_value: np.ndarray) -> None:
-        # Each row is num_repeats consecutive chunks; treat every chunk as a row.
-        _rows_of(in_value, out_value)
-        rows = in_value.shape[0]
-        block_in = self.linear_params.shape[1]
-        x = np.ascontiguousarray(in_value).reshape(rows * self.num_repeats, block_in)
-        y = x @ self.linear_params.T
-        y += self.bias_params
-        out_value[...] = y.reshape(rows, self.output_dim())
-        return None
-
-    def _reshaped(self, mat: np.ndarray, block_dim: int) -> np.ndarray:
-        """Each row's num_repeats chunks as separate rows."""
-        return np.ascontiguousarray(mat).reshape(mat.shape[0] * self.num_repeats, block_dim)
-
-    def backprop(self, debug_info: str, indexes: Any, in_value: np.ndarray | None,
-                 out_value: np.ndarray | None, out_deriv: np.ndarray, memo: Any,
-                 to_update: Any, in_deriv: np.ndarray | None) -> None:
-        block_in = self.linear_params.shape[1]
-        block_out = self.linear_params.shape[0]
-        od = self._reshaped(out_deriv, block_out)
-        if in_deriv is not None:
-            # INPUT_CONTIGUOUS: in_deriv is a contiguous matrix, reshape is a view.
-            reshape_rows(in_deriv, block_in)[...] += od @ self.linear_params
-        if isinstance(to_update, RepeatedAffineComponent):
-            to_update.update(self._reshaped(in_value, block_in), od)
-
-    def update(self, in_reshaped: np.ndarray, out_deriv_reshaped: np.ndarray) -> None:
-        """SGD step from the reshaped (one chunk per row) input and derivative."""
-        lr = np.float32(self.learning_rate)
-        self.linear_params += lr * (out_deriv_reshaped.T @ in_reshaped)
-        self.bias_params += lr * out_deriv_reshaped.sum(axis=0, dtype=np.float32)
-
-
-@register
-class NaturalGradientRepeatedAffineComponent(RepeatedAffineComponent):
-    """RepeatedAffineComponent with a fixed input-side natural-gradient setup."""
-
-    type_name = "NaturalGradientRepeatedAffineComponent"
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.preconditioner_in = OnlineNaturalGradient()
-
-    def set_natural_gradient_configs(self) -> None:
-        # Not configurable in Kaldi: rank min(40, block-input-dim / 2), >= 1.
-        rank_in = 40
-        block_input_dim = int(self.linear_params.shape[1])
-        if rank_in > block_input_dim // 2:
-            rank_in = block_input_dim // 2
-        if rank_in < 1:
-            rank_in = 1
-        self.preconditioner_in.set_rank(rank_in)
-        self.preconditioner_in.set_update_period(4)
-
-    def consolidate_memory(self) -> None:
-        """Nothing to do in NumPy."""
-
-    def update(self, in_reshaped: np.ndarray, out_deriv_reshaped: np.ndarray) -> None:
-        # Only the output side is preconditioned here: rows of the gradient
-        # [W | b] (block-output x block-input + 1).  Used even when is_gradient
-        # (Kaldi then skips only the preconditioning).
-        block_in = self.linear_params.shape[1]
-        deriv = np.empty((self.linear_params.shape[0], block_in + 1), dtype=np.float32)
-        deriv[:, :block_in] = out_deriv_reshaped.T @ in_reshaped
-        deriv[:, block_in] = out_deriv_reshaped.sum(axis=0, dtype=np.float32)
-        scale = 1.0
-        if not self.is_gradient:
-            scale = self.preconditioner_in.precondition_directions(deriv)
-        lr = np.float32(np.float32(self.learning_rate) * np.float32(scale))
-        self.linear_params += lr * deriv[:, :block_in]
-        self.bias_params += lr * deriv[:, block_in]
-
-
-# Kaldi inherits RepeatedAffineComponent::Add, which accepts either type.
-NaturalGradientRepeatedAffineComponent._add_family = RepeatedAffineComponent
-
-
-# ---------------------------------------------------------------------------
 
 
 @dataclass
@@ -464,9 +151,9 @@ class TdnnComponent(AffineParamsMixin, UpdatableComponent):
         spliced_input_dim = input_dim * len(offsets)
         if param_stddev < 0.0:
             param_stddev = 1.0 / math.sqrt(spliced_input_dim)
-        self.linear_params = _random_params(output_dim, spliced_input_dim, param_stddev)
+        self.linear_params = random_params(output_dim, spliced_input_dim, param_stddev)
         if use_bias:
-            self.bias_params = _random_bias(output_dim, bias_stddev, bias_mean)
+            self.bias_params = random_bias(output_dim, bias_stddev, bias_mean)
         else:
             self.bias_params = np.zeros((0,), dtype=np.float32)
 
@@ -481,16 +168,16 @@ class TdnnComponent(AffineParamsMixin, UpdatableComponent):
         if rank_out < 0:
             rank_out = min(80, (output_dim + 1) // 2)
         # The update period of a TdnnComponent is fixed at 4.
-        _set_preconditioner(self, cfl, None, self.preconditioner_in, rank=rank_in,
-                            num_samples_history=num_samples_history, alpha=alpha_in,
-                            update_period=4)
-        _set_preconditioner(self, cfl, None, self.preconditioner_out, rank=rank_out,
-                            num_samples_history=num_samples_history, alpha=alpha_out,
-                            update_period=4)
+        set_preconditioner(self, cfl, None, self.preconditioner_in, rank=rank_in,
+                           num_samples_history=num_samples_history, alpha=alpha_in,
+                           update_period=4)
+        set_preconditioner(self, cfl, None, self.preconditioner_out, rank=rank_out,
+                           num_samples_history=num_samples_history, alpha=alpha_out,
+                           update_period=4)
 
     # -- I/O -------------------------------------------------------------
     def read(self, r: KaldiReader) -> None:
-        _read_end_of_common(r, self)
+        read_end_of_common(r, self)
         r.expect_token("<TimeOffsets>")
         self.time_offsets = r.read_int_vector()
         r.expect_token("<LinearParams>")
@@ -515,12 +202,12 @@ class TdnnComponent(AffineParamsMixin, UpdatableComponent):
         r.expect_token("<RankInOut>")
         rank_in = r.read_int32()
         rank_out = r.read_int32()
-        _set_preconditioner(self, None, r, self.preconditioner_in, rank=rank_in,
-                            num_samples_history=num_samples_history, alpha=alpha_in,
-                            update_period=4)
-        _set_preconditioner(self, None, r, self.preconditioner_out, rank=rank_out,
-                            num_samples_history=num_samples_history, alpha=alpha_out,
-                            update_period=4)
+        set_preconditioner(self, None, r, self.preconditioner_in, rank=rank_in,
+                           num_samples_history=num_samples_history, alpha=alpha_in,
+                           update_period=4)
+        set_preconditioner(self, None, r, self.preconditioner_out, rank=rank_out,
+                           num_samples_history=num_samples_history, alpha=alpha_out,
+                           update_period=4)
         r.expect_token("</TdnnComponent>")
         problem = self.check()
         if problem is not None:

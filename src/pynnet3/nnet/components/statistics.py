@@ -1,33 +1,26 @@
-"""General (non-simple) components: they map indexes in their own way, so they
-implement the compiler hooks (get_input_indexes, is_computable,
-reorder_indexes, precompute_indexes).  Kaldi reference:
-nnet-general-component.{h,cc}.
+"""StatisticsExtractionComponent and StatisticsPoolingComponent (Kaldi's
+nnet-general-component.{h,cc}): the mean (and standard deviation) of the
+input over a window of frames, as x-vector networks pool them.
 
-This file: DistributeComponent, StatisticsExtractionComponent,
-StatisticsPoolingComponent and their precomputed-index classes.  The rest of
-the family: ConstantComponent and the random components in :mod:`general2`,
-BackpropTruncationComponent in :mod:`backprop_truncation`.
+Both are general (non-simple) components: they map indexes in their own way,
+so they implement the compiler hooks (get_input_indexes, is_computable,
+reorder_indexes, precompute_indexes) and keep precomputed indexes.
 """
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
 
 import numpy as np
 
-from ...io.kaldi_io import KaldiReader, KaldiWriter
+from ...io.kaldi_io import (KaldiReader, KaldiWriter, f32, read_int_pair_vector,
+                            write_int_pair_vector)
 from ..config_line import ConfigLine
 from ..index import K_NO_TIME, Index, index_columns
 from ..index_lists import IndexList
 from .base import Component, Prop, register
-
-_F32 = np.float32
-
-
-def _f32(x: float) -> float:
-    return float(np.float32(x))
+from .numeric import F32
 
 
 def divide_rounding_down(a: int, b: int) -> int:
@@ -70,178 +63,6 @@ def _positions(table: np.ndarray, queries: np.ndarray) -> np.ndarray | None:
     return np.where(sorted_keys[pos] == q, order[pos], -1)
 
 
-# ---------------------------------------------------------------------------
-# Integer-pair vectors (Kaldi's WriteIntegerPairVector / ReadIntegerPairVector
-# for int32), used by the precomputed indexes.
-
-
-def write_int_pair_vector(w: KaldiWriter, pairs: list[tuple[int, int]]) -> None:
-    if w.binary:
-        flat = np.asarray(pairs, dtype="<i4").reshape(-1)
-        w.write_raw(b"\x04" + struct.pack("<i", len(pairs)) + flat.tobytes())
-    else:
-        w.write_raw("[ " + "".join(f"{a},{b} " for a, b in pairs) + "]\n")
-
-
-def read_int_pair_vector(r: KaldiReader) -> list[tuple[int, int]]:
-    if r.binary:
-        if r.pos + 5 > len(r.data) or r.data[r.pos] != 4:
-            raise r.error("expected an int32 pair vector")
-        n = struct.unpack_from("<i", r.data, r.pos + 1)[0]
-        r.pos += 5
-        if n < 0 or r.pos + 8 * n > len(r.data):
-            raise r.error(f"file truncated inside a pair vector of size {n}")
-        arr = np.frombuffer(r.data, dtype="<i4", count=2 * n, offset=r.pos).reshape(n, 2)
-        r.pos += 8 * n
-        return [(int(a), int(b)) for a, b in arr]
-    data = r.data
-    pos = r.pos
-    while pos < len(data) and data[pos] in b" \t\n\r":
-        pos += 1
-    if pos >= len(data) or data[pos:pos + 1] != b"[":
-        r.pos = pos
-        raise r.error("expected '[' starting a pair vector")
-    end = data.find(b"]", pos)
-    if end < 0:
-        r.pos = pos
-        raise r.error("unterminated pair vector")
-    out = []
-    try:
-        for word in data[pos + 1:end].split():
-            a, b = word.split(b",")
-            out.append((int(a), int(b)))
-    except ValueError:
-        r.pos = pos
-        raise r.error("bad element in pair vector") from None
-    r.pos = end + 1
-    return out
-
-
-# ---------------------------------------------------------------------------
-
-
-@dataclass
-class DistributeComponentPrecomputedIndexes:
-    """For each output row: (input row, first input column of its block)."""
-
-    pairs: list[tuple[int, int]] = field(default_factory=list)
-    type_name = "DistributeComponentPrecomputedIndexes"
-
-    def write(self, w: KaldiWriter) -> None:
-        w.write_token(f"<{self.type_name}>")
-        w.write_token("<Pairs>")
-        write_int_pair_vector(w, self.pairs)
-        w.write_token(f"</{self.type_name}>")
-
-    def read(self, r: KaldiReader) -> None:
-        r.expect_one_or_two_tokens(f"<{self.type_name}>", "<Pairs>")
-        self.pairs = read_int_pair_vector(r)
-        r.expect_token(f"</{self.type_name}>")
-
-
-@register
-class DistributeComponent(Component):
-    """Splits the input dim into blocks of output-dim and sends block b of
-    input x to output x * num_blocks + b (floor division for negative x)."""
-
-    type_name = "DistributeComponent"
-
-    def __init__(self) -> None:
-        self.input_dim_ = 0
-        self.output_dim_ = 0
-
-    def input_dim(self) -> int:
-        return self.input_dim_
-
-    def output_dim(self) -> int:
-        return self.output_dim_
-
-    def properties(self) -> int:
-        return 0
-
-    def init(self, input_dim: int, output_dim: int) -> None:
-        if not (input_dim > 0 and output_dim > 0 and input_dim % output_dim == 0):
-            raise ValueError(f"DistributeComponent: bad dims {input_dim}, {output_dim}")
-        self.input_dim_ = input_dim
-        self.output_dim_ = output_dim
-
-    def init_from_config(self, cfl: ConfigLine) -> None:
-        input_dim = cfl.get_int("input-dim")
-        output_dim = cfl.get_int("output-dim")
-        if (input_dim is None or output_dim is None or input_dim <= 0 or output_dim <= 0
-                or input_dim % output_dim != 0):
-            raise self.config_error(cfl, "need input-dim and output-dim > 0, "
-                                         "input-dim a multiple of output-dim")
-        self.init(input_dim, output_dim)
-
-    def read(self, r: KaldiReader) -> None:
-        self.expect_opening_or(r, "<InputDim>")
-        self.input_dim_ = r.read_int32()
-        r.expect_token("<OutputDim>")
-        self.output_dim_ = r.read_int32()
-        r.expect_token(self.closing_tag())
-
-    def write(self, w: KaldiWriter) -> None:
-        w.write_token(self.opening_tag())
-        w.write_token("<InputDim>")
-        w.write_int32(self.input_dim_)
-        w.write_token("<OutputDim>")
-        w.write_int32(self.output_dim_)
-        w.write_token(self.closing_tag())
-
-    # -- compiler hooks ----------------------------------------------------
-    def _input_index_and_block(self, output_index) -> tuple[Index, int]:
-        num_blocks = self.input_dim_ // self.output_dim_
-        n, t, x = output_index
-        input_x = x // num_blocks
-        return Index(n, t, input_x), x - input_x * num_blocks
-
-    def get_input_indexes(self, misc_info: Any, output_index) -> list[Index]:
-        return [self._input_index_and_block(output_index)[0]]
-
-    def is_computable(self, misc_info: Any, output_index, input_index_set) -> tuple[bool, list]:
-        input_index = self._input_index_and_block(output_index)[0]
-        if input_index not in input_index_set:
-            return False, []
-        return True, [input_index]
-
-    def precompute_indexes(self, misc_info: Any, input_indexes: list, output_indexes: list,
-                           need_backprop: bool) -> DistributeComponentPrecomputedIndexes:
-        row_of = {Index(*i): row for row, i in enumerate(input_indexes)}
-        block_size = self.output_dim_
-        pairs = []
-        for o in output_indexes:
-            input_index, block = self._input_index_and_block(o)
-            row = row_of.get(input_index)
-            if row is None:
-                raise RuntimeError("DistributeComponent: input index not found (code error)")
-            pairs.append((row, block * block_size))
-        return DistributeComponentPrecomputedIndexes(pairs)
-
-    def propagate(self, indexes: DistributeComponentPrecomputedIndexes,
-                  in_value: np.ndarray, out_value: np.ndarray):
-        d = self.output_dim_
-        for i, (row, col) in enumerate(indexes.pairs):
-            out_value[i] = in_value[row, col:col + d]
-        return None
-
-    def backprop(self, debug_info: str, indexes: DistributeComponentPrecomputedIndexes,
-                 in_value, out_value, out_deriv: np.ndarray, memo, to_update,
-                 in_deriv: np.ndarray | None) -> None:
-        # Each output row is a copy of one block of one input row: copy back.
-        if in_deriv is None:
-            return
-        num_blocks = self.input_dim_ // self.output_dim_
-        if out_deriv.shape[0] != in_deriv.shape[0] * num_blocks:
-            in_deriv[...] = 0.0         # some input blocks are never used
-        pairs = np.asarray(indexes.pairs, dtype=np.int64).reshape(-1, 2)
-        cols = pairs[:, 1:2] + np.arange(self.output_dim_)
-        in_deriv[pairs[:, 0:1], cols] = out_deriv
-
-
-# ---------------------------------------------------------------------------
-
-
 def _period_start(t: int, period: int) -> int:
     """Largest multiple of ``period`` that is <= t."""
     return period * (t // period)
@@ -254,7 +75,7 @@ class StatisticsExtractionComponentPrecomputedIndexes:
     (only filled when backprop is needed)."""
 
     forward_indexes: list[tuple[int, int]] = field(default_factory=list)
-    counts: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=_F32))
+    counts: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=F32))
     backward_indexes: list[int] = field(default_factory=list)
     type_name = "StatisticsExtractionComponentPrecomputedIndexes"
 
@@ -409,14 +230,14 @@ class StatisticsExtractionComponent(Component):
         backward[used] = np.repeat(np.arange(num_out, dtype=np.int64), num_found)
         forward = list(zip(first.tolist(), (first + num_found).tolist()))
         return StatisticsExtractionComponentPrecomputedIndexes(
-            forward, num_found.astype(_F32), backward.tolist() if need_backprop else [])
+            forward, num_found.astype(F32), backward.tolist() if need_backprop else [])
 
     def _precompute_indexes_loop(self, input_indexes: list, output_indexes: list,
                                  need_backprop: bool
                                  ) -> StatisticsExtractionComponentPrecomputedIndexes:
         pos_of = {Index(*i): p for p, i in enumerate(input_indexes)}
         forward: list[tuple[int, int]] = []
-        counts = np.zeros(len(output_indexes), dtype=_F32)
+        counts = np.zeros(len(output_indexes), dtype=F32)
         backward = [-1] * len(input_indexes)
         for i, (n, t, x) in enumerate(output_indexes):
             first = end = -1
@@ -451,7 +272,7 @@ class StatisticsExtractionComponent(Component):
         out_value[:, 0] = indexes.counts
         out_value[:, 1:1 + d] = _row_range_sums(in_value, indexes.forward_indexes)
         if self.include_variance:
-            sq = np.square(np.asarray(in_value, dtype=_F32))
+            sq = np.square(np.asarray(in_value, dtype=F32))
             out_value[:, 1 + d:1 + 2 * d] = _row_range_sums(sq, indexes.forward_indexes)
         return None
 
@@ -470,10 +291,7 @@ class StatisticsExtractionComponent(Component):
                              "lack backward indexes (need_backprop was false?)")
         in_deriv[...] = out_deriv[back, 1:1 + d]
         if self.include_variance:
-            in_deriv += _F32(2.0) * out_deriv[back, 1 + d:1 + 2 * d] * in_value
-
-
-# ---------------------------------------------------------------------------
+            in_deriv += F32(2.0) * out_deriv[back, 1 + d:1 + 2 * d] * in_value
 
 
 @dataclass
@@ -515,7 +333,7 @@ class StatisticsPoolingComponent(Component):
         self.right_context = -1
         self.num_log_count_features = 0
         self.output_stddevs = False
-        self.variance_floor = _f32(1.0e-10)
+        self.variance_floor = f32(1.0e-10)
         # Only set in memory by batched x-vector extraction; never written.
         self.require_direct_input = False
 
@@ -556,7 +374,7 @@ class StatisticsPoolingComponent(Component):
         self.right_context = cfl.get_int("right-context", -1)
         self.num_log_count_features = cfl.get_int("num-log-count-features", 0)
         self.output_stddevs = cfl.get_bool("output-stddevs", False)
-        self.variance_floor = _f32(cfl.get_float("variance-floor", 1.0e-10))
+        self.variance_floor = f32(cfl.get_float("variance-floor", 1.0e-10))
         self.input_dim_ = dim if dim is not None else -1
         if (dim is None or self.input_dim_ <= 0 or self.left_context + self.right_context <= 0
                 or self.num_log_count_features < 0):
@@ -725,17 +543,17 @@ class StatisticsPoolingComponent(Component):
                   in_value: np.ndarray, out_value: np.ndarray):
         nl = self.num_log_count_features
         d = self.input_dim_ - 1
-        sums = _row_range_sums(in_value, indexes.forward_indexes).astype(_F32)
+        sums = _row_range_sums(in_value, indexes.forward_indexes).astype(F32)
         counts = sums[:, 0]
-        out = np.zeros((len(indexes.forward_indexes), self.output_dim()), dtype=_F32)
+        out = np.zeros((len(indexes.forward_indexes), self.output_dim()), dtype=F32)
         out[:, nl:nl + d] = sums[:, 1:] / counts[:, None]
         if nl > 0:
-            out[:, :nl] = np.log(counts.astype(np.float64)).astype(_F32)[:, None]
+            out[:, :nl] = np.log(counts.astype(np.float64)).astype(F32)[:, None]
         if self.output_stddevs:
             f = d // 2
             mean = out[:, nl:nl + f]
             var = out[:, nl + f:nl + 2 * f] - mean * mean
-            var = np.maximum(var, _F32(self.variance_floor))
+            var = np.maximum(var, F32(self.variance_floor))
             out[:, nl + f:nl + 2 * f] = np.sqrt(var)
         out_value[...] = out
         return None
@@ -768,12 +586,3 @@ class StatisticsPoolingComponent(Component):
                              "lack backward indexes (need_backprop was false?)")
         in_deriv[:, 1:] += _row_range_sums(od[:, nl:nl + d],
                                            indexes.backward_indexes).astype(in_deriv.dtype)
-
-
-# ---------------------------------------------------------------------------
-
-
-# The rest of the family (registers on import).
-from . import general2  # noqa: E402,F401
-from .backprop_truncation import (  # noqa: E402,F401
-    BackpropTruncationComponent, BackpropTruncationComponentPrecomputedIndexes)

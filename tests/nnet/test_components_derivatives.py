@@ -299,7 +299,7 @@ CASES: list[Case] = [
     Case("SpecAugmentTimeMaskComponent",
          lambda rs: f"dim={ri(rs, 1, 10)} zeroed-proportion=0.{ri(rs, 1, 4)} "
                     f"time-mask-max-frames={ri(rs, 2, 5)}"),
-    # combined.py: recurrent nonlinearities and CompositeComponent.
+    # recurrent.py and composite.py.
     Case("LstmNonlinearityComponent",
          lambda rs: f"cell-dim={ri(rs, 1, 20)} self-repair-scale=0.0 " + lr(rs)),
     Case("GruNonlinearityComponent",
@@ -322,7 +322,7 @@ CASES: list[Case] = [
                      f"output-context={['true', 'false'][rs.randint(2)]} "
                      f"key-scale={ri(rs, 1, 10) / 10}")(ri(rs, 0, 2), ri(rs, 1, 2)),
          setup=attention_setup, seeds=(0, 1, 2, 3)),
-    # simple3.py: trainable per-element components (natural gradient too).
+    # per_element.py and constant.py: trainable components (natural gradient too).
     Case("PerElementScaleComponent", lambda rs: f"dim={ri(rs, 1, 30)} " + lr(rs)),
     Case("NaturalGradientPerElementScaleComponent",
          lambda rs: f"dim={ri(rs, 1, 30)} " + lr(rs)),
@@ -338,7 +338,8 @@ CASES: list[Case] = [
          lambda rs: f"input-dim={ri(rs, 1, 20)} output-dim={ri(rs, 1, 20)} " + lr(rs)
          + f" is-updatable={['true', 'false'][rs.randint(2)]}"
          + f" use-natural-gradient={['true', 'false'][rs.randint(2)]}"),
-    # simple.py / simple2.py: the fixed simple components, for completeness.
+    # nonlinearities.py, fixed.py, per_element.py, dropout.py: the fixed simple components,
+    # for completeness.
     Case("PnormComponent", lambda rs: (lambda o: f"input-dim={o * ri(rs, 1, 5)} "
                                        f"output-dim={o}")(ri(rs, 1, 20))),
     Case("SigmoidComponent", lambda rs: f"dim={ri(rs, 1, 30)}"),

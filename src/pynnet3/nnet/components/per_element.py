@@ -1,6 +1,8 @@
-"""Simple components (Kaldi's nnet-simple-component.{h,cc}), part 3: the
-trainable per-element ones (PerElementScale, NaturalGradientPerElementScale,
-PerElementOffset, ScaleAndOffset, ConstantFunction).
+"""Per-element components (Kaldi's nnet-simple-component.{h,cc}): the trainable
+PerElementScaleComponent, NaturalGradientPerElementScaleComponent,
+PerElementOffsetComponent and ScaleAndOffsetComponent, and the fixed
+ElementwiseProductComponent (products of corresponding elements of the
+input's blocks).
 
 Natural-gradient updates use :class:`OnlineNaturalGradient`
 (:mod:`.natural_gradient`), whose options are read from / written to model
@@ -12,26 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from ...io.kaldi_io import KaldiReader, KaldiWriter
+from ...io.kaldi_io import KaldiReader, KaldiWriter, f32
 from ..config_line import ConfigLine
-from .base import Component, Prop, UpdatableComponent, fmt_g, print_parameter_stats, register, randn
-from .simple import F32, _axpy_f32, f32
+from .base import (Component, InOutDimComponent, Prop, UpdatableComponent, expect_or_error, fmt_g,
+                   print_parameter_stats, randn, read_common_then, read_vector_file, register)
 from .natural_gradient import OnlineNaturalGradient
-from .simple2 import _read_vector_file
-
-
-def _read_common_then(comp: UpdatableComponent, r: KaldiReader, token: str) -> None:
-    """ReadUpdatableCommon followed by ExpectToken(token)."""
-    rest = comp.read_updatable_common(r)
-    if rest == "":
-        r.expect_token(token)
-    elif rest != token:
-        raise r.error(f"{comp.type_name}: expected <LearningRate> or {token}, got {rest[:40]}")
-
-
-def _random_params(dim: int, mean: float, stddev: float) -> np.ndarray:
-    """SetRandn, Scale(stddev), Add(mean), all in float32."""
-    return randn(dim) * F32(stddev) + F32(mean)
+from .numeric import F32, axpy_f32, random_vector, row_sum
 
 
 def _vmin(v: np.ndarray) -> float:
@@ -41,10 +29,6 @@ def _vmin(v: np.ndarray) -> float:
 
 def _vmax(v: np.ndarray) -> float:
     return float(v.max()) if v.shape[0] else float("-inf")
-
-
-def _row_sum(m: np.ndarray) -> np.ndarray:
-    return m.sum(axis=0, dtype=F32)
 
 
 @register
@@ -72,7 +56,7 @@ class PerElementScaleComponent(UpdatableComponent):
 
     def _init_scales(self, cfl: ConfigLine) -> None:
         if cfl.has("vector"):
-            self.scales = np.ascontiguousarray(_read_vector_file(cfl, self, "vector"))
+            self.scales = np.ascontiguousarray(read_vector_file(cfl, self, "vector"))
             dim = cfl.get_int("dim")
             if dim is not None and dim != self.input_dim():
                 raise self.config_error(cfl, "input-dim mismatch vs. vector.")
@@ -84,7 +68,7 @@ class PerElementScaleComponent(UpdatableComponent):
             stddev = cfl.get_float("param-stddev", 0.0)
             if dim <= 0 or stddev < 0.0:
                 raise self.config_error(cfl, "dim must be > 0 and param-stddev >= 0")
-            self.scales = _random_params(dim, mean, stddev)
+            self.scales = random_vector(dim, mean, stddev)
 
     def init_from_config(self, cfl: ConfigLine) -> None:
         self.init_learning_rates_from_config(cfl)
@@ -96,7 +80,7 @@ class PerElementScaleComponent(UpdatableComponent):
                 + print_parameter_stats("scales", self.scales, True))
 
     def read(self, r: KaldiReader) -> None:
-        _read_common_then(self, r, "<Params>")
+        read_common_then(self, r, "<Params>")
         self.scales = r.read_vector()
         if r.peek_token().startswith("<I"):
             # Older files wrote <IsGradient> here.
@@ -116,10 +100,10 @@ class PerElementScaleComponent(UpdatableComponent):
                        else self.scales * F32(alpha))
 
     def add(self, alpha: float, other: Component) -> None:
-        self.scales = _axpy_f32(alpha, other.scales, self.scales)
+        self.scales = axpy_f32(alpha, other.scales, self.scales)
 
     def perturb_params(self, stddev: float) -> None:
-        self.scales = _axpy_f32(stddev, randn(self.scales.shape[0]), self.scales)
+        self.scales = axpy_f32(stddev, randn(self.scales.shape[0]), self.scales)
 
     def dot_product(self, other: Component) -> float:
         return float(np.dot(self.scales.astype(np.float64), other.scales.astype(np.float64)))
@@ -137,7 +121,7 @@ class PerElementScaleComponent(UpdatableComponent):
 
     def _update_simple(self, in_value: np.ndarray, out_deriv: np.ndarray) -> None:
         grad = (out_deriv * in_value).sum(axis=0, dtype=F32)
-        self.scales = _axpy_f32(self.learning_rate, grad, self.scales)
+        self.scales = axpy_f32(self.learning_rate, grad, self.scales)
 
     def _update(self, debug_info: str, in_value: np.ndarray, out_deriv: np.ndarray) -> None:
         self._update_simple(in_value, out_deriv)
@@ -173,7 +157,7 @@ class NaturalGradientPerElementScaleComponent(PerElementScaleComponent):
         alpha = f32(cfl.get_float("alpha", 4.0))
         self.init_learning_rates_from_config(cfl)
         if cfl.has("scales"):
-            self.scales = np.ascontiguousarray(_read_vector_file(cfl, self, "scales"))
+            self.scales = np.ascontiguousarray(read_vector_file(cfl, self, "scales"))
             if cfl.unused_values():
                 raise self.config_error(cfl, "Invalid initializer: unexpected "
                                              + " ".join(cfl.unused_values()))
@@ -183,7 +167,7 @@ class NaturalGradientPerElementScaleComponent(PerElementScaleComponent):
             dim = cfl.get_int("dim")
             if dim is None or dim <= 0 or stddev < 0.0:
                 raise self.config_error(cfl, "Invalid initializer: dim > 0 required")
-            self.scales = _random_params(dim, mean, stddev)
+            self.scales = random_vector(dim, mean, stddev)
         if rank <= 0 or update_period <= 0 or num_samples_history <= 0.0 or alpha < 0.0:
             raise self.config_error(cfl, "rank, update-period and num-samples-history must "
                                          "be > 0 and alpha >= 0")
@@ -195,7 +179,7 @@ class NaturalGradientPerElementScaleComponent(PerElementScaleComponent):
                 f", num-samples-history={fmt_g(p.num_samples_history)}, alpha={fmt_g(p.alpha)}")
 
     def read(self, r: KaldiReader) -> None:
-        _read_common_then(self, r, "<Params>")
+        read_common_then(self, r, "<Params>")
         self.scales = r.read_vector()
         r.expect_token("<IsGradient>")
         self.is_gradient = r.read_bool()
@@ -276,7 +260,7 @@ class PerElementOffsetComponent(UpdatableComponent):
     def init_from_config(self, cfl: ConfigLine) -> None:
         self.init_learning_rates_from_config(cfl)
         if cfl.has("vector"):
-            self.offsets = np.ascontiguousarray(_read_vector_file(cfl, self, "vector"))
+            self.offsets = np.ascontiguousarray(read_vector_file(cfl, self, "vector"))
             self.dim = cfl.get_int("dim", int(self.offsets.shape[0]))
             if self.dim <= 0 or self.offsets.shape[0] % self.dim != 0:
                 raise self.config_error(cfl, f"Invalid dimension dim={self.dim}")
@@ -292,7 +276,7 @@ class PerElementOffsetComponent(UpdatableComponent):
             block_dim = cfl.get_int("block-dim", dim)
             if block_dim <= 0 or dim % block_dim != 0:
                 raise self.config_error(cfl, f"Invalid value block-dim={block_dim}")
-            self.offsets = _random_params(block_dim, mean, stddev)
+            self.offsets = random_vector(block_dim, mean, stddev)
         self.use_natural_gradient = cfl.get_bool("use-natural-gradient", True)
         self.preconditioner = OnlineNaturalGradient(rank=20, update_period=4)
 
@@ -304,7 +288,7 @@ class PerElementOffsetComponent(UpdatableComponent):
         return s + print_parameter_stats("offsets", self.offsets, True)
 
     def read(self, r: KaldiReader) -> None:
-        _read_common_then(self, r, "<Offsets>")
+        read_common_then(self, r, "<Offsets>")
         self.offsets = r.read_vector()
         if r.peek_token().startswith("<I"):
             r.expect_token("<IsGradient>")
@@ -335,10 +319,10 @@ class PerElementOffsetComponent(UpdatableComponent):
                         else self.offsets * F32(alpha))
 
     def add(self, alpha: float, other: Component) -> None:
-        self.offsets = _axpy_f32(alpha, other.offsets, self.offsets)
+        self.offsets = axpy_f32(alpha, other.offsets, self.offsets)
 
     def perturb_params(self, stddev: float) -> None:
-        self.offsets = _axpy_f32(stddev, randn(self.offsets.shape[0]), self.offsets)
+        self.offsets = axpy_f32(stddev, randn(self.offsets.shape[0]), self.offsets)
 
     def dot_product(self, other: Component) -> float:
         return float(np.dot(self.offsets.astype(np.float64), other.offsets.astype(np.float64)))
@@ -364,13 +348,13 @@ class PerElementOffsetComponent(UpdatableComponent):
             block = to_update.offsets.shape[0]
             reshaped = out_deriv.reshape(-1, block)
             if not to_update.use_natural_gradient or to_update.is_gradient:
-                to_update.offsets = _axpy_f32(to_update.learning_rate, _row_sum(reshaped),
-                                              to_update.offsets)
+                to_update.offsets = axpy_f32(to_update.learning_rate, row_sum(reshaped),
+                                             to_update.offsets)
             else:
                 deriv = np.array(reshaped, dtype=F32, order="C", copy=True)
                 scale = to_update.preconditioner.precondition_directions(deriv)
-                to_update.offsets = _axpy_f32(f32(scale * to_update.learning_rate),
-                                              _row_sum(deriv), to_update.offsets)
+                to_update.offsets = axpy_f32(f32(scale * to_update.learning_rate),
+                                             row_sum(deriv), to_update.offsets)
 
 
 @register
@@ -436,7 +420,7 @@ class ScaleAndOffsetComponent(UpdatableComponent):
                 + print_parameter_stats("offsets", self.offsets, True))
 
     def read(self, r: KaldiReader) -> None:
-        _read_common_then(self, r, "<Dim>")
+        read_common_then(self, r, "<Dim>")
         self.dim = r.read_int32()
         r.expect_token("<Scales>")
         self.scales = r.read_vector()
@@ -474,12 +458,12 @@ class ScaleAndOffsetComponent(UpdatableComponent):
             self.offsets = self.offsets * F32(alpha)
 
     def add(self, alpha: float, other: Component) -> None:
-        self.scales = _axpy_f32(alpha, other.scales, self.scales)
-        self.offsets = _axpy_f32(alpha, other.offsets, self.offsets)
+        self.scales = axpy_f32(alpha, other.scales, self.scales)
+        self.offsets = axpy_f32(alpha, other.offsets, self.offsets)
 
     def perturb_params(self, stddev: float) -> None:
-        self.scales = _axpy_f32(stddev, randn(self.scales.shape[0]), self.scales)
-        self.offsets = _axpy_f32(stddev, randn(self.offsets.shape[0]), self.offsets)
+        self.scales = axpy_f32(stddev, randn(self.scales.shape[0]), self.scales)
+        self.offsets = axpy_f32(stddev, randn(self.offsets.shape[0]), self.offsets)
 
     def dot_product(self, other: Component) -> float:
         d = np.float64
@@ -519,10 +503,10 @@ class ScaleAndOffsetComponent(UpdatableComponent):
             if use_ng:
                 deriv = np.array(od, dtype=F32, order="C", copy=True)
                 scale = to_update.offset_preconditioner.precondition_directions(deriv)
-                to_update.offsets = _axpy_f32(f32(scale * lr), _row_sum(deriv),
-                                              to_update.offsets)
+                to_update.offsets = axpy_f32(f32(scale * lr), row_sum(deriv),
+                                             to_update.offsets)
             else:
-                to_update.offsets = _axpy_f32(lr, _row_sum(od), to_update.offsets)
+                to_update.offsets = axpy_f32(lr, row_sum(od), to_update.offsets)
             # The input is reconstructed from the output (which is what the
             # backprop keeps): x = (y - offset) / scale.
             inv = (F32(1.0) / self.scales_nonzero()).astype(F32)
@@ -531,128 +515,51 @@ class ScaleAndOffsetComponent(UpdatableComponent):
             scale = 1.0
             if use_ng:
                 scale = to_update.scale_preconditioner.precondition_directions(scale_derivs)
-            to_update.scales = _axpy_f32(f32(scale * lr), _row_sum(scale_derivs),
-                                         to_update.scales)
+            to_update.scales = axpy_f32(f32(scale * lr), row_sum(scale_derivs),
+                                        to_update.scales)
         if in_deriv is not None:
             # Uses self.scales after any update (when to_update is self), as Kaldi.
             in_deriv[...] = (od * self.scales).reshape(out_deriv.shape)
 
 
 @register
-class ConstantFunctionComponent(UpdatableComponent):
-    """Outputs a (possibly trainable) constant vector whatever the input."""
+class ElementwiseProductComponent(InOutDimComponent):
+    """Product of the input-dim/output-dim consecutive input blocks."""
 
-    type_name = "ConstantFunctionComponent"
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._input_dim = -1
-        self.output = np.zeros(0, dtype=F32)
-        self.is_updatable = True
-        self.use_natural_gradient = True
-        self.preconditioner = OnlineNaturalGradient()
-
-    def input_dim(self) -> int:
-        return self._input_dim
-
-    def output_dim(self) -> int:
-        return int(self.output.shape[0])
+    type_name = "ElementwiseProductComponent"
 
     def properties(self) -> int:
-        p = Prop.SIMPLE | Prop.BACKPROP_ADDS
-        if self.is_updatable:
-            p |= Prop.UPDATABLE
-        if self.input_dim() == self.output_dim():
-            p |= Prop.PROPAGATE_IN_PLACE
-        return p
-
-    def num_parameters(self) -> int:
-        # Kaldi asserts is_updatable_ here; callers only ask updatable ones.
-        return int(self.output.shape[0]) if self.is_updatable else 0
+        return Prop.SIMPLE | Prop.BACKPROP_NEEDS_INPUT
 
     def init_from_config(self, cfl: ConfigLine) -> None:
-        self.init_learning_rates_from_config(cfl)
         output_dim = cfl.get_int("output-dim")
         input_dim = cfl.get_int("input-dim")
-        self.is_updatable = cfl.get_bool("is-updatable", self.is_updatable)
-        self.use_natural_gradient = cfl.get_bool("use-natural-gradient",
-                                                 self.use_natural_gradient)
-        mean = cfl.get_float("output-mean", 0.0)
-        stddev = cfl.get_float("output-stddev", 0.0)
-        if output_dim is None or input_dim is None or input_dim <= 0 or output_dim <= 0:
-            raise self.config_error(cfl, "Bad initializer: input-dim and output-dim > 0 "
-                                         "required")
-        self._input_dim = input_dim
-        self.output = _random_params(output_dim, mean, stddev)
-
-    def info(self) -> str:
-        # Kaldi repeats type and dims after the UpdatableComponent part.
-        return (super().info() + f", {self.type_name}, input-dim={self.input_dim()}"
-                f", output-dim={self.output_dim()}, is-updatable="
-                f"{'true' if self.is_updatable else 'false'}, use-natural-gradient="
-                f"{'true' if self.use_natural_gradient else 'false'}"
-                + print_parameter_stats("output", self.output, True))
-
-    def read(self, r: KaldiReader) -> None:
-        token = self.read_updatable_common(r, read_next=True)
-        if token != "<InputDim>":
-            raise r.error(f"{self.type_name}: expected token <InputDim>, got {token[:40]}")
-        self._input_dim = r.read_int32()
-        r.expect_token("<Output>")
-        self.output = r.read_vector()
-        r.expect_token("<IsUpdatable>")
-        self.is_updatable = r.read_bool()
-        r.expect_token("<UseNaturalGradient>")
-        self.use_natural_gradient = r.read_bool()
-        r.expect_token(self.closing_tag())
-
-    def write(self, w: KaldiWriter) -> None:
-        self.write_updatable_common(w)
-        w.write_token("<InputDim>")
-        w.write_int32(self._input_dim)
-        w.write_token("<Output>")
-        w.write_vector(self.output)
-        w.write_token("<IsUpdatable>")
-        w.write_bool(self.is_updatable)
-        w.write_token("<UseNaturalGradient>")
-        w.write_bool(self.use_natural_gradient)
-        w.write_token(self.closing_tag())
-
-    def scale(self, alpha: float) -> None:
-        if self.is_updatable:
-            self.output = (np.zeros_like(self.output) if alpha == 0.0
-                           else self.output * F32(alpha))
-
-    def add(self, alpha: float, other: Component) -> None:
-        if self.is_updatable:
-            self.output = _axpy_f32(alpha, other.output, self.output)
-
-    def perturb_params(self, stddev: float) -> None:
-        self.output = _axpy_f32(stddev, randn(self.output.shape[0]), self.output)
-
-    def dot_product(self, other: Component) -> float:
-        return float(np.dot(self.output.astype(np.float64), other.output.astype(np.float64)))
-
-    def vectorize(self) -> np.ndarray:
-        return self.output.copy()
-
-    def unvectorize(self, params: np.ndarray) -> None:
-        self.output = np.ascontiguousarray(params, dtype=F32).copy()
+        expect_or_error(output_dim is not None and input_dim is not None
+                        and output_dim > 0, self, cfl, "input-dim and output-dim > 0 required")
+        expect_or_error(input_dim > output_dim and input_dim % output_dim == 0, self, cfl,
+                        "input-dim must be a multiple (>1) of output-dim")
+        self._input_dim, self._output_dim = input_dim, output_dim
 
     def propagate(self, indexes: Any, in_value: np.ndarray, out_value: np.ndarray) -> Any:
-        out_value[...] = self.output
+        d = self._output_dim
+        prod = in_value[:, 0:d].copy()
+        for i in range(1, self._input_dim // d):
+            prod *= in_value[:, i * d:(i + 1) * d]
+        out_value[...] = prod
         return None
 
     def backprop(self, debug_info: str, indexes: Any, in_value: np.ndarray | None,
                  out_value: np.ndarray | None, out_deriv: np.ndarray, memo: Any,
                  to_update: Component | None, in_deriv: np.ndarray | None) -> None:
-        # The output does not depend on the input: nothing is added to in_deriv.
-        if isinstance(to_update, ConstantFunctionComponent) and to_update.is_updatable:
-            if to_update.use_natural_gradient and not to_update.is_gradient:
-                deriv = np.array(out_deriv, dtype=F32, order="C", copy=True)
-                scale = to_update.preconditioner.precondition_directions(deriv)
-                to_update.output = _axpy_f32(f32(scale * to_update.learning_rate),
-                                             _row_sum(deriv), to_update.output)
-            else:
-                to_update.output = _axpy_f32(to_update.learning_rate, _row_sum(out_deriv),
-                                             to_update.output)
+        if in_deriv is None:
+            return
+        d = self._output_dim
+        n = self._input_dim // d
+        result = np.empty((out_deriv.shape[0], self._input_dim), dtype=F32)
+        for i in range(n):
+            cur = out_deriv.astype(F32, copy=True)
+            for j in range(n):
+                if j != i:
+                    cur *= in_value[:, j * d:(j + 1) * d]
+            result[:, i * d:(i + 1) * d] = cur
+        in_deriv[...] = result
