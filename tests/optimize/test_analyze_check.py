@@ -11,11 +11,11 @@ import pytest
 from pynnet3.compile.computation import Command, CommandType, NnetComputation
 from pynnet3.errors import ComputationCheckError
 from pynnet3.nnet.nnet import Nnet
-from pynnet3.optimize.analyze import (AccessType, Analyzer, ComputationAnalysis,
-                                      ComputationVariables, compute_command_attributes,
-                                      compute_matrix_to_submatrix, compute_variable_accesses,
-                                      get_commands_of_type, get_max_memory_use,
-                                      print_matrix_accesses)
+from pynnet3.optimize.accesses import compute_command_attributes, compute_variable_accesses
+from pynnet3.optimize.analysis import (Analyzer, ComputationAnalysis, compute_matrix_to_submatrix,
+                                       get_commands_of_type, get_max_memory_use,
+                                       print_matrix_accesses)
+from pynnet3.optimize.variables import AccessType, ComputationVariables
 from pynnet3.optimize.check import CheckComputationOptions, ComputationChecker, check_computation
 
 T = CommandType
@@ -489,7 +489,7 @@ def _naive_attributes(nnet, comp, variables):
     """Kaldi's ComputeCommandAttributes written out command type by command
     type (independently of the ARG_ROLES table the module is driven by)."""
     from pynnet3.nnet.components.base import Prop
-    from pynnet3.optimize.analyze import CommandAttributes
+    from pynnet3.optimize.accesses import CommandAttributes
 
     out = []
     for c in comp.commands:

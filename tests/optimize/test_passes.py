@@ -26,7 +26,7 @@ from pynnet3.nnet.nnet import Nnet
 from pynnet3.optimize import (PASSES, OptimizationPass, OptimizationPassError, OptimizeOptions,
                               checking_hook, enabled_passes,
                               max_output_time_in_request, optimize)
-from pynnet3.optimize.analyze import Analyzer
+from pynnet3.optimize.analysis import Analyzer
 from pynnet3.optimize.check import check_computation
 from pynnet3.optimize.diagnose import compare_optimized, find_breaking_optimization
 from pynnet3.optimize.misc import (compute_command_pairs, consolidate_io_operations,

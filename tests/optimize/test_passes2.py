@@ -39,7 +39,7 @@ from pynnet3.nnet.components.base import Prop
 from pynnet3.nnet.index import K_NO_TIME, Index
 from pynnet3.nnet.nnet import Nnet
 from pynnet3.optimize import copy_computation
-from pynnet3.optimize.analyze import Analyzer
+from pynnet3.optimize.analysis import Analyzer
 from pynnet3.optimize.check import check_computation
 from pynnet3.optimize.compression import optimize_memory_compression
 from pynnet3.optimize.deriv_times import (limit_derivative_times,

@@ -1,6 +1,5 @@
-"""The index and dimension half of the ComputationChecker (Kaldi's
-CheckComputationIndexes), kept beside check.py for size; use it through
-:class:`~pynnet3.optimize.check.ComputationChecker`.
+"""Kaldi's ComputationChecker::CheckComputationIndexes: every index a
+command holds points at something that exists and fits.
 
 Every command's arguments are checked against the ranges of the tables they
 index (submatrices, indexes, indexes_multi, indexes_ranges, precomputed
@@ -10,20 +9,18 @@ are checked with array operations.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from ..compile.computation import Command, CommandType, CompressedMatrixType
+from .. import fast_paths
+from ..compile.computation import Command, CommandType, CompressedMatrixType, NnetComputation
 from ..errors import ComputationCheckError
 from ..nnet.components.base import Prop
 from ..nnet.properties_cache import component_properties, nnet_component_properties
-from .analyze import ComputationVariables, _submatrix_table, command_error
-from .analyze_records import properties_array
+from .accesses import command_error, properties_array
 from .arrays import type_mask, unique_ints
-
-if TYPE_CHECKING:
-    from .check import ComputationChecker
+from .variables import ComputationVariables, _submatrix_table
 
 T = CommandType
 # Component property bits as plain ints (IntFlag arithmetic is slow in loops).
@@ -35,9 +32,6 @@ _P_SIMPLE = int(Prop.SIMPLE)
 _P_UPDATABLE = int(Prop.UPDATABLE)
 _P_USES_MEMO = int(Prop.USES_MEMO)
 _T_PROPAGATE = int(T.PROPAGATE)
-# Below this many commands the per-command loop is quicker than the array
-# checks (their fixed cost is a few dozen NumPy calls).
-_LOOP_BELOW = 256
 
 # Command-type masks for the array checks (see arrays.type_mask).
 _MASK_ANY = type_mask(T)
@@ -81,10 +75,12 @@ def _index_stats(indexes: np.ndarray) -> tuple[int, int, int]:
     return len(indexes), int(indexes.max()), int(indexes.min())
 
 
-class _IndexChecker:
-    def __init__(self, checker: "ComputationChecker") -> None:
-        self.nnet = checker.nnet
-        self.computation = comp = checker.computation
+class IndexChecker:
+    """Kaldi's ComputationChecker::CheckComputationIndexes on one computation."""
+
+    def __init__(self, nnet: Any, computation: NnetComputation) -> None:
+        self.nnet = nnet
+        self.computation = comp = computation
         subs = comp.submatrices
         self.num_submatrices = len(subs)
         table = _submatrix_table(comp)
@@ -136,7 +132,7 @@ class _IndexChecker:
         """Check every command; the command-by-command loop runs (and names
         the first bad command) only where the array checks find something,
         or for a short computation, where it is quicker than they are."""
-        if len(self.computation.commands) < _LOOP_BELOW or not self._all_ok():
+        if len(self.computation.commands) < fast_paths.current().check_indexes_loop_below or not self._all_ok():
             self.run_loop()
 
     def _all_ok(self) -> bool:

@@ -31,7 +31,7 @@ from ..compile.n_stride import cindex_array
 from ..errors import PynnetError
 from ..log import vlog
 from ..nnet.index import K_NO_TIME
-from .analyze import Analyzer, ComputationAnalysis, get_commands_of_type
+from .analysis import Analyzer, ComputationAnalysis, get_commands_of_type
 
 __all__ = ["optimize_looped_computation", "fix_goto_label", "ComputationLoopedOptimizer",
            "compile_looped", "create_looped_computation_request",

@@ -24,7 +24,9 @@ import numpy as np
 
 from ..compile.computation import Command, CommandType, NnetComputation, StrideType
 from ..errors import ComputationCheckError
-from .analyze import _W, AccessType, Analyzer, ComputationAnalysis, MatrixAccessesList
+from .accesses import MatrixAccessesList
+from .analysis import Analyzer, ComputationAnalysis
+from .variables import _W, AccessType
 from .arrays import rows_with_type, type_mask
 from .renumber import fix_goto_label_if_any, remove_no_ops
 

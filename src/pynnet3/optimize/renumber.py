@@ -21,7 +21,7 @@ import numpy as np
 
 from ..compile.computation import ARG_ROLES, Command, CommandType, NnetComputation, Role
 from ..errors import ComputationCheckError
-from .analyze import Analyzer
+from .analysis import Analyzer
 from .arrays import ComputationArrays, computation_and_arrays, rows_with_type, type_mask
 
 __all__ = ["renumber_computation", "remove_no_ops", "identify_submatrix_args",
