@@ -19,7 +19,7 @@ Note: this program does not currently make very efficient use of the GPU."""
 
 def _optimization_options(f: Any) -> Any:
     # --optimization.* (Kaldi's NnetOptimizeOptions under the "optimization" prefix).
-    from ..optimize.options import register_click_options
+    from .optimize_options import register_click_options
 
     return register_click_options(f)
 
@@ -96,7 +96,7 @@ def command(args: tuple[str, ...], **kw: Any) -> None:
     from ..compute.computer import NnetComputeOptions
     from ..compute.decodable import NnetSimpleComputationOptions
     from ..compute.utterances import Nnet3ComputeConfig, nnet3_compute
-    from ..optimize.options import options_from_click_kwargs
+    from .optimize_options import options_from_click_kwargs
     from ..io.table import classify_wspecifier
     from .progress import Progress
 

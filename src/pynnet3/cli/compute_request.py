@@ -22,7 +22,7 @@ Usage:  nnet3-compute-request [options] <nnet-in> <request-file> <inputs-rspecif
 
 
 def _optimization_options(f: Any) -> Any:
-    from ..optimize.options import register_click_options
+    from .optimize_options import register_click_options
 
     return register_click_options(f)
 
@@ -59,7 +59,7 @@ def command(args: tuple[str, ...], **kw: Any) -> None:
     from ..compute.request_run import compute_request, required_input_names
     from ..errors import PynnetError
     from ..nnet.model_io import read_nnet, write_nnet
-    from ..optimize.options import options_from_click_kwargs
+    from .optimize_options import options_from_click_kwargs
     from ..io.table import MATRIX_HOLDER, SequentialTableReader, TableWriter
 
     nnet_rxfilename, request_rxfilename, inputs_rspecifier, outputs_wspecifier = args

@@ -34,7 +34,7 @@ line is shown on stderr when it is a terminal."""
 def compiler_and_computation_options(f: Callable) -> Callable:
     """Kaldi's ``--compiler.*`` and ``--computation.*`` options (shared by the
     training and diagnostic binaries) and ``--optimization.*``."""
-    from ..optimize.options import register_click_options
+    from .optimize_options import register_click_options
 
     f = click.option("--computation.debug", "computation_debug", type=BOOL, default=False,
                      show_default=True, help="If true, turn on debug for the neural net "
@@ -56,7 +56,7 @@ def build_compile_options(kwargs: dict[str, Any]) -> tuple[Any, Any, bool]:
     """(OptimizeOptions, CachingCompilerOptions, computation debug) from the
     keyword arguments of :func:`compiler_and_computation_options`."""
     from ..cache import CachingCompilerOptions
-    from ..optimize.options import options_from_click_kwargs
+    from .optimize_options import options_from_click_kwargs
 
     optimize = options_from_click_kwargs(kwargs)
     compiler = CachingCompilerOptions(use_shortcut=kwargs.pop("compiler_use_shortcut"),

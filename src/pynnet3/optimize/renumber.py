@@ -20,7 +20,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from ..compile.computation import ARG_ROLES, Command, CommandType, NnetComputation, Role
-from ..errors import ComputationCheckError
+from ..errors import ComputationCheckError, PynnetError
 from .analysis import Analyzer
 from .arrays import ComputationArrays, computation_and_arrays, rows_with_type, type_mask
 
@@ -517,15 +517,28 @@ def insert_commands(new_commands: Sequence[tuple[int, Command]],
 
 
 def fix_goto_label_if_any(computation: NnetComputation) -> None:
-    """Kaldi's FixGotoLabel where a computation has a GotoLabel.  That pass
-    belongs to the looped-computation optimizer (optimize/looped.py), the
-    only pass that creates GotoLabel commands, so without that module there
-    is nothing to fix."""
-    if not any(c.command_type is T.GOTO_LABEL for c in computation.commands):
-        return
-    try:
-        from .looped import fix_goto_label
-    except ImportError as e:
-        raise ComputationCheckError("computation has a GotoLabel command but "
-                                    "pynnet3.optimize.looped (fix_goto_label) is missing") from e
-    fix_goto_label(computation)
+    """Kaldi's FixGotoLabel where a computation has a GotoLabel (only a
+    looped computation has one)."""
+    if any(c.command_type is T.GOTO_LABEL for c in computation.commands):
+        fix_goto_label(computation)
+
+
+def fix_goto_label(computation: NnetComputation) -> None:
+    """Kaldi's FixGotoLabel: point the final GotoLabel (possibly followed by
+    ProvideOutput commands) at the NoOperationLabel again, after passes
+    that moved commands."""
+    commands = computation.commands
+    for c in range(len(commands) - 1, -1, -1):
+        t = commands[c].command_type
+        if t is T.GOTO_LABEL:
+            dest = commands[c].arg1
+            if 0 <= dest < len(commands) and \
+                    commands[dest].command_type is T.NO_OPERATION_LABEL:
+                return
+            for d in range(len(commands) - 1):
+                if commands[d].command_type is T.NO_OPERATION_LABEL:
+                    commands[c] = commands[c].with_args(arg1=d)
+                    return
+            raise PynnetError("Label not found.")
+        if t is not T.PROVIDE_OUTPUT:
+            return   # no goto: it would be last, or followed only by outputs
