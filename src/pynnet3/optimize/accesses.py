@@ -22,7 +22,8 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-from ..compile.computation import ARG_ROLES, CommandType, NnetComputation, Role
+from ..compile.computation import (COMMAND_SPECS, ArgAccess, CommandType, IndexTable,
+                                   NnetComputation)
 from ..errors import ComputationCheckError
 from ..nnet.components.base import Prop
 from ..nnet.properties_cache import nnet_component_properties
@@ -131,45 +132,38 @@ _P_UPDATABLE = int(Prop.UPDATABLE)
 # Command attributes
 # ---------------------------------------------------------------------------
 
-_ROLE_FLAG = {Role.SUBMATRIX_READ: _R, Role.SUBMATRIX_MAYBE_READ: _R,
-              Role.SUBMATRIX_WRITE: _W, Role.SUBMATRIX_RW: _RW, Role.SUBMATRIX_MAYBE_RW: _RW}
+_ACCESS_FLAG = {ArgAccess.READ: _R, ArgAccess.WRITE: _W, ArgAccess.READ_WRITE: _RW}
 
-# Where Kaldi's analysis is finer than the shape ARG_ROLES gives (keys:
-# command type, 1-based argument).  Values: a fixed flag, None (no access:
-# alloc/swap leave contents undefined), or the name of a rule below.
-_ACCESS_OVERRIDES: dict[tuple[CommandType, int], int | str | None] = {
-    (CommandType.SWAP_MATRIX, 1): None,
-    (CommandType.SWAP_MATRIX, 2): None,
-    (CommandType.PROPAGATE, 4): "propagate-output",           # W, or RW if it adds
-    (CommandType.BACKPROP, 6): "backprop-in-deriv",           # W, or RW if it adds
-    (CommandType.BACKPROP_NO_MODEL_UPDATE, 6): "backprop-in-deriv",
-    (CommandType.COPY_ROWS, 1): "copy-rows-dest",             # W, or RW if any -1
-    (CommandType.COPY_ROWS_MULTI, 1): _W,                     # rows without source get zero
-    (CommandType.DECOMPRESS_MATRIX, 1): _W,
-}
 
-# Access to the submatrices listed in an indexes_multi table.
-_MULTI_FLAG = {CommandType.ADD_ROWS_MULTI: _R, CommandType.COPY_ROWS_MULTI: _R,
-               CommandType.ADD_TO_ROWS_MULTI: _RW, CommandType.COPY_TO_ROWS_MULTI: _RW}
+def _rule(t: CommandType, access: ArgAccess) -> str:
+    """The rule that decides an access the command spec leaves to the data:
+    W, or RW when the component adds / when some row has no source."""
+    if access is ArgAccess.COMPONENT_OUTPUT:
+        return "propagate-output" if t is CommandType.PROPAGATE else "backprop-in-deriv"
+    if access is ArgAccess.INDEXED_ROWS:
+        return "copy-rows-dest"
+    raise ImportError(f"no access rule for {access} of {t.name}")
 
 
 def _build_plans() -> dict[CommandType, list[tuple[int, int | str]]]:
-    """Per command type: (0-based argument, flag or rule) of each access."""
+    """Per command type: (0-based argument, flag or rule) of each access,
+    from the command specs."""
     plans: dict[CommandType, list[tuple[int, int | str]]] = {}
-    for t, roles in ARG_ROLES.items():
+    for t, spec in COMMAND_SPECS.items():
         plan: list[tuple[int, int | str]] = []
-        for i, role in enumerate(roles):
-            how: int | str | None
-            if (t, i + 1) in _ACCESS_OVERRIDES:
-                how = _ACCESS_OVERRIDES[(t, i + 1)]
-            elif role is Role.INDEXES_MULTI:
-                how = "multi"
-            else:
-                how = _ROLE_FLAG.get(role)
-            if how is not None:
-                plan.append((i, how))
+        for i, access in enumerate(spec.access):
+            if access is ArgAccess.NONE:
+                continue
+            plan.append((i, _ACCESS_FLAG.get(access) or _rule(t, access)))
+        if spec.index_table is IndexTable.INDEXES_MULTI:
+            plan.append((spec.index_arg - 1, "multi"))
         plans[t] = plan
     return plans
+
+
+# Access to the submatrices listed in an indexes_multi table.
+_MULTI_FLAG = {t: _ACCESS_FLAG[s.multi_access] for t, s in COMMAND_SPECS.items()
+               if s.index_table is IndexTable.INDEXES_MULTI}
 
 
 _PLANS = _build_plans()
