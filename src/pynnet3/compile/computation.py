@@ -586,31 +586,6 @@ class NnetComputation:
             out.append(self.command_string(i, component_names, node_names, sub))
         return "".join(out)
 
-    # -- serialisation (safe: JSON header + int32 arrays, no pickle) ----------
-    # 2: the index tables, debug cindexes and precomputed Indexes are each one
-    # concatenated array split by lengths in the header (an .npz member per
-    # list made loading a 2000-matrix LSTM computation take half a second).
-    # (The computation cache stores the same content in a plain container
-    # that loads without copies, "format 3"; see computation_io.py.)
-    FORMAT_VERSION = 2
-
-    def to_bytes(self) -> bytes:
-        """An ``.npz`` (zip) of a JSON header and int32 arrays."""
-        from .computation_io import computation_to_bytes
-
-        return computation_to_bytes(self, "npz")
-
-    @classmethod
-    def from_bytes(cls, data: bytes | memoryview,
-                   where: str = "<computation>") -> "NnetComputation":
-        """Inverse of :meth:`to_bytes` (also reads format 2).  Precomputed-
-        index objects are not restored (``data`` stays None): callers
-        recompute them from the stored input/output indexes with the
-        network's components.  Large arrays are read-only views of ``data``."""
-        from .computation_io import computation_from_bytes
-
-        return computation_from_bytes(cls, data, where)
-
 
 def fmt_alpha(alpha: float) -> str:
     return "%g" % float(np.float32(alpha))
