@@ -25,7 +25,7 @@ from pynnet3.optimize.compile_looped import (compile_looped, create_looped_compu
 from pynnet3.optimize.looped import ComputationLoopedOptimizer
 from pynnet3.optimize.renumber import fix_goto_label
 from pynnet3.optimize.options import OptimizeOptions
-from tests.optimize.test_passes2 import _TDNN, _compile, _nnet, _random_case, _request, _types
+from tests.optimize.helpers import _TDNN, _compile, _nnet, _random_case, _request, _types
 
 T = CommandType
 F32 = np.float32
