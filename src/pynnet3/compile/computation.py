@@ -316,8 +316,7 @@ if tuple(Command.__slots__) != ("command_type", "alpha", "arg1", "arg2", "arg3",
     raise ImportError("Command's fields changed: update Command.__init__")
 
 
-# (Kept for the passes that name it: Command's own __init__ now stores
-# through the slots, which is what this used to do differently.)
+# Another name for Command's constructor (the compiler's).
 make_command = Command
 
 

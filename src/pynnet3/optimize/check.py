@@ -3,8 +3,9 @@
 Run on every computation the compiler produces and after every optimization
 pass in tests.  The checks, in Kaldi's order:
 
-* indexes (:mod:`.check_indexes`): every argument in range, dimensions consistent with each other
-  and with the components, memos produced once and consumed once;
+* indexes (:mod:`.check_indexes`): every argument in range, dimensions
+  consistent with each other and with the components, memos produced once
+  and consumed once;
 * matrix accesses: every matrix allocated before use, used, not used after
   it is freed, never allocated or freed twice;
 * compression: CompressMatrix / DecompressMatrix pairs around the marker

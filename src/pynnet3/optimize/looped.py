@@ -1,6 +1,5 @@
 """Turn a multi-segment computation into an endless loop (Kaldi's
-ComputationLoopedOptimizer, OptimizeLoopedComputation and FixGotoLabel,
-nnet-optimize-utils).
+ComputationLoopedOptimizer and OptimizeLoopedComputation, nnet-optimize-utils).
 
 Online ('looped') decoding compiles several successive chunk requests that
 differ only by a time shift into one computation with one segment per
@@ -17,8 +16,9 @@ into every segment after its input commands.  Matrices are compared through
 their debug info (cindexes with t made relative to the first row's, plus
 whether the matrix is a derivative).
 
-:func:`compile_looped` (nnet-compile-looped) lives in
-:mod:`.compile_looped` and is re-exported here.
+The passes that move commands afterwards re-point the final GotoLabel with
+FixGotoLabel (:func:`.renumber.fix_goto_label`); :func:`compile_looped`
+(nnet-compile-looped), which runs this pass, is in :mod:`.compile_looped`.
 """
 from __future__ import annotations
 

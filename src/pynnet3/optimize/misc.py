@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ..compile.compiler import consolidate_io_operations as compiler_consolidate_io_operations
 from ..compile.computation import Command, CommandType, NnetComputation, StrideType
 from ..errors import ComputationCheckError
 from .accesses import MatrixAccessesList
@@ -235,6 +236,4 @@ def consolidate_io_operations(nnet: Any, computation: NnetComputation) -> None:
     """Kaldi's ConsolidateIoOperations: within each segment (between
     NoOperationMarker commands) AcceptInput commands first, ProvideOutput
     commands last, the rest in order.  The compiler runs the same function."""
-    from ..compile.compiler import consolidate_io_operations as consolidate
-
-    consolidate(computation)
+    compiler_consolidate_io_operations(computation)

@@ -1,7 +1,7 @@
 """Renumbering and small editing utilities the optimization passes share
 (Kaldi's ComputationRenumberer, RenumberComputation, RemoveNoOps,
 IdentifySubmatrixArgs & co., MatrixIsUnused, RemoveCommandsForUnusedMatrix,
-InsertCommands; nnet-optimize-utils).
+InsertCommands, FixGotoLabel; nnet-optimize-utils).
 
 Passes rewrite a computation by pointing commands at new or different
 submatrices and by turning commands into no-ops; they leave behind
