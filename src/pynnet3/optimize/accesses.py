@@ -99,7 +99,6 @@ def command_error(computation: NnetComputation, nnet: Any, command_index: int,
                                  command_text(computation, nnet, command_index))
 
 
-
 # ---------------------------------------------------------------------------
 # Command attributes
 # ---------------------------------------------------------------------------
@@ -120,7 +119,6 @@ def _merge_records(cmd: np.ndarray, item: np.ndarray, flag: np.ndarray,
     key = key[starts]
     cmd = key // base
     return cmd, key - cmd * base, merged
-
 
 
 _P_BACKPROP_ADDS = int(Prop.BACKPROP_ADDS)
@@ -635,7 +633,6 @@ def _matrix_lifetimes_loop(nnet: Any, computation: NnetComputation,
         else:  # PROVIDE_OUTPUT
             m = whole_matrix(c, arg1)
             ans[m].is_output = True
-
 
 
 def compute_command_attributes(nnet: Any, computation: NnetComputation,

@@ -124,7 +124,6 @@ class Analyzer:
 # The per-command record building and the passes' queries live beside this
 
 
-
 # ---------------------------------------------------------------------------
 # Questions the optimization passes ask
 # ---------------------------------------------------------------------------
@@ -365,7 +364,6 @@ def print_command_attributes(attributes: Sequence[CommandAttributes]) -> str:
 # ---------------------------------------------------------------------------
 # First and last accesses of every variable, submatrix and matrix
 # ---------------------------------------------------------------------------
-
 
 
 def _firsts_and_lasts(owner: np.ndarray, values: np.ndarray, num_groups: int,

@@ -43,7 +43,6 @@ class AccessType(enum.IntEnum):
     READ_WRITE = 2
 
 
-
 # Internally an access is a two-bit flag so that merging several accesses of
 # one command to one variable is a bitwise OR; AccessType = flag - 1.
 _R, _W, _RW = 1, 2, 3
@@ -298,7 +297,6 @@ class ComputationVariables:
                 ca.matrices_read.append(m)
 
 
-
 def variables_of(computation: NnetComputation) -> ComputationVariables:
     """ComputationVariables(computation), reused while the submatrices (the
     same objects: they are immutable) and the matrix sizes are unchanged;
@@ -314,7 +312,6 @@ def variables_of(computation: NnetComputation) -> ComputationVariables:
     variables = ComputationVariables(computation)
     computation.__dict__["_variables_memo"] = (list(subs), sizes, variables)
     return variables
-
 
 
 # ---------------------------------------------------------------------------
