@@ -644,3 +644,27 @@ def test_checker_accepts_all_unoptimized_compilations():
         nnet = read_nnet(str(d / "final.raw"))
         comp = compiler.compile_computation(read_request_file(str(d / "request.kaldi-text")), nnet)
         check_computation(nnet, comp, check_rewrite=True)
+
+
+def test_executor_write_sets_are_the_analysis_write_sets():
+    """The executor's debug write sets and the analysis both come from the
+    command specs: on Kaldi's optimized computations (every command type the
+    parser reads) they name the same submatrices."""
+    from types import SimpleNamespace
+
+    from pynnet3.compute.computer import NnetComputer
+    from pynnet3.nnet.model_io import read_nnet
+
+    compared = 0
+    for d in _random_dirs()[:30]:
+        nnet = read_nnet(str(d / "final.raw"))
+        comp = _parse_kaldi(d, nnet)
+        if comp is None:
+            continue
+        attributes = Analyzer(nnet, comp).command_attributes
+        computer = SimpleNamespace(computation=comp)
+        for c, command in enumerate(comp.commands):
+            assert NnetComputer._written_submatrices(computer, command) == \
+                attributes[c].submatrices_written, (d.name, c, command)
+        compared += 1
+    assert compared >= 20
