@@ -16,6 +16,7 @@ from pynnet3.cache import (CachingCompiler, CachingCompilerOptions, atomic_write
                            default_cache_dir, nnet_structure_text, optimize, optimizer_available)
 from pynnet3.compile.computation import (Command, CommandType, MatrixDebugInfo, NnetComputation,
                                          PrecomputedIndexesInfo)
+from pynnet3.compile.computation_io import computation_from_bytes, computation_to_bytes
 from pynnet3.compile.request import ComputationRequest, IoSpecification
 from pynnet3.compile.request_io import read_request_file
 from pynnet3.errors import FormatError
@@ -178,7 +179,7 @@ def test_memory_then_disk(tmp_path: Path) -> None:
     cc2 = _compiler(nnet, tmp_path, fake)
     loaded = cc2.compile(request)
     assert fake.calls == 1 and cc2.num_disk_hits == 1
-    assert loaded is not first and loaded.to_bytes() == first.to_bytes()
+    assert loaded is not first and computation_to_bytes(loaded) == computation_to_bytes(first)
     assert [d.cindexes for d in loaded.matrix_debug_info] == \
         [d.cindexes for d in first.matrix_debug_info]
     assert "1 disk hits" in cc2.timing_summary()
@@ -234,7 +235,7 @@ def test_corrupt_entry_is_ignored_and_rewritten(tmp_path: Path, damage: str,
     assert "WARNING (" in err and "ignoring unusable computation cache entry" in err
     assert str(path) in err
     assert fake.calls == 2 and cc.num_compiled == 1 and cc.num_disk_hits == 0
-    assert again.to_bytes() == good.to_bytes()
+    assert computation_to_bytes(again) == computation_to_bytes(good)
     # The entry was rewritten: a fresh compiler loads it without complaint.
     cc3 = _compiler(nnet, tmp_path, fake)
     cc3.compile(request)
@@ -267,7 +268,8 @@ def test_failed_write_leaves_no_partial_file(tmp_path: Path, where: str,
     cc.compile(_request(frames=7))                      # further writes are not attempted
     assert _entries(tmp_path) == []
     monkeypatch.undo()
-    assert _compiler(nnet, tmp_path, fake).compile(_request()).to_bytes() == comp.to_bytes()
+    assert computation_to_bytes(_compiler(nnet, tmp_path, fake).compile(_request())) == \
+        computation_to_bytes(comp)
     assert len(_entries(tmp_path)) == 1
 
 
@@ -299,7 +301,7 @@ def test_loaded_computation_equals_compiled(tmp_path: Path, seed: str) -> None:
     cc = CachingCompiler(nnet, opts, cache_dir=tmp_path)
     loaded = cc.compile(request)
     assert cc.num_disk_hits == 1 and cc.num_compiled == 0
-    assert loaded.to_bytes() == compiled.to_bytes()
+    assert computation_to_bytes(loaded) == computation_to_bytes(compiled)
     pre_c, pre_l = compiled.component_precomputed_indexes, loaded.component_precomputed_indexes
     assert len(pre_c) == len(pre_l)
     assert sum(p.data is not None for p in pre_c) >= 1
@@ -317,7 +319,8 @@ def test_shortcut_caches_the_mini_request(tmp_path: Path) -> None:
     comp = cc.compile(request)
     assert cc.num_compiled == 2 and len(os.listdir(tmp_path)) == 2   # mini + expanded
     cc2 = CachingCompiler(nnet, CachingCompilerOptions(use_shortcut=True), cache_dir=tmp_path)
-    assert cc2.compile(request).to_bytes() == comp.to_bytes() and cc2.num_disk_hits == 1
+    assert computation_to_bytes(cc2.compile(request)) == computation_to_bytes(comp) \
+        and cc2.num_disk_hits == 1
     mini = _request(num_seq=2, frames=3, deriv=True)
     cc2.compile(mini)
     assert cc2.num_disk_hits == 2 and cc2.num_compiled == 0
@@ -351,40 +354,39 @@ def test_optimize_hook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_computation_bytes_edge_cases() -> None:
     """What the cache stores: empty computations, empty and multi-column index tables."""
     empty = NnetComputation()
-    assert NnetComputation.from_bytes(empty.to_bytes()).to_bytes() == empty.to_bytes()
+    assert computation_to_bytes(computation_from_bytes(computation_to_bytes(empty))) == \
+        computation_to_bytes(empty)
     comp = FakeCompiler(_nnet())(_request())
     comp.add_indexes([])
     comp.add_indexes_multi([(1, 0), (-1, -1), (1, 3)])
     comp.add_indexes_ranges([(0, 2), (-1, -1)])
     comp.component_precomputed_indexes.append(
         PrecomputedIndexesInfo(None, [Index(0, t, 0) for t in range(3)], [Index(1, 2, 3)]))
-    back = NnetComputation.from_bytes(comp.to_bytes())
-    assert back.to_bytes() == comp.to_bytes()
+    back = computation_from_bytes(computation_to_bytes(comp))
+    assert computation_to_bytes(back) == computation_to_bytes(comp)
     assert [a.tolist() for a in back.indexes] == [a.tolist() for a in comp.indexes]
     assert back.indexes_multi[0].tolist() == [[1, 0], [-1, -1], [1, 3]]
     assert back.indexes_ranges[0].tolist() == [[0, 2], [-1, -1]]
     assert list(back.component_precomputed_indexes[1].output_indexes) == [Index(1, 2, 3)]
     assert back.matrix_debug_info[1].cindexes == comp.matrix_debug_info[1].cindexes
     with pytest.raises(FormatError):
-        NnetComputation.from_bytes(comp.to_bytes()[:-50])
+        computation_from_bytes(computation_to_bytes(comp)[:-50])
 
 
 def test_raw_container_round_trip_and_damage() -> None:
-    """The cache's "raw" container holds the same computation as to_bytes()
-    (read back as views, not copies); damaged data is a FormatError."""
-    from pynnet3.compile.computation_io import computation_from_bytes, computation_to_bytes
-
+    """The computation file holds the computation (read back as views, not
+    copies); damaged data is a FormatError."""
     comp = FakeCompiler(_nnet())(_request())
     comp.add_indexes([0, -1, 2])
     comp.add_indexes_multi([(1, 0), (-1, -1)])
     comp.component_precomputed_indexes.append(
         PrecomputedIndexesInfo(None, [Index(0, t, 0) for t in range(3)], [Index(1, 2, 3)]))
-    raw = computation_to_bytes(comp, "raw")
+    raw = computation_to_bytes(comp)
     assert not raw.startswith(b"PK")
-    back = computation_from_bytes(NnetComputation, memoryview(raw))
-    assert back.to_bytes() == comp.to_bytes()
+    back = computation_from_bytes(memoryview(raw))
+    assert computation_to_bytes(back) == computation_to_bytes(comp)
     back.indexes[-1][0] = 5           # index tables are the computation's own (writable)
-    assert computation_from_bytes(NnetComputation, raw).indexes[-1][0] == 0
+    assert computation_from_bytes(raw).indexes[-1][0] == 0
     for damaged in (raw[:-4], raw[:40], b"x" + raw[1:]):
         with pytest.raises(FormatError):
-            computation_from_bytes(NnetComputation, damaged)
+            computation_from_bytes(damaged)

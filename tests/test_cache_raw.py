@@ -1,4 +1,4 @@
-"""The computation cache's compact container (computation_raw, format 4) and
+"""The computation file (computation_io, format 4) that the cache stores, and
 the fast paths a cache hit takes: n-tiled index lists, lazy debug info,
 shared precomputed indexes, and the index hooks that work on tilings."""
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pynnet3.cache import CachingCompiler, CachingCompilerOptions, rebuild_preco
 from pynnet3.compile.computation import (Command, CommandType, MatrixDebugInfo, MatrixInfo,
                                          NnetComputation, PrecomputedIndexesInfo, StrideType,
                                          SubMatrixInfo)
-from pynnet3.compile.computation_io import computation_from_bytes, computation_to_bytes
-from pynnet3.compile.computation_raw import find_n_tiling, from_raw, raw_bytes
+from pynnet3.compile.computation_io import (computation_from_bytes, computation_to_bytes,
+                                            find_n_tiling)
 from pynnet3.compile.n_stride import cindex_array, index_array
 from pynnet3.compile.precomputed_indexes import compute_precomputed_indexes
 from pynnet3.compile.request import ComputationRequest, IoSpecification
@@ -173,20 +173,20 @@ def _handmade() -> NnetComputation:
 
 def test_raw_round_trip_handmade() -> None:
     comp = _handmade()
-    raw = raw_bytes(comp)
-    back = from_raw(NnetComputation, memoryview(raw), "<test>")
+    raw = computation_to_bytes(comp)
+    back = computation_from_bytes(memoryview(raw), "<test>")
     assert _snapshot(back) == _snapshot(comp)
-    assert back.to_bytes() == comp.to_bytes()
+    assert computation_to_bytes(back) == computation_to_bytes(comp)
     # Equal lists are stored once and load as one object.
     pre = back.component_precomputed_indexes
     assert pre[1].input_indexes is pre[1].output_indexes is pre[2].input_indexes
     assert back.matrix_debug_info[1].cindexes is back.matrix_debug_info[3].cindexes
     assert back.matrix_debug_info[1].cindexes.n_tiling is not None
     assert back.matrix_debug_info[2].cindexes.n_tiling is None
-    assert _snapshot(computation_from_bytes(NnetComputation, raw)) == _snapshot(comp)
-    assert computation_to_bytes(back, "raw") == raw
+    assert _snapshot(computation_from_bytes(raw)) == _snapshot(comp)
+    assert computation_to_bytes(back) == raw
     empty = NnetComputation()
-    assert _snapshot(from_raw(NnetComputation, memoryview(raw_bytes(empty)), "")) == \
+    assert _snapshot(computation_from_bytes(memoryview(computation_to_bytes(empty)), "")) == \
         _snapshot(empty)
 
 
@@ -198,7 +198,7 @@ def _layout(raw: bytes) -> tuple[int, dict]:
 
 
 def test_raw_damage_is_a_format_error() -> None:
-    raw = raw_bytes(_handmade())
+    raw = computation_to_bytes(_handmade())
     base, arrays = _layout(raw)
 
     def with_int(name: str, flat_index: int, value: int) -> bytes:
@@ -215,7 +215,7 @@ def test_raw_damage_is_a_format_error() -> None:
                with_int("mat", 2, 9)]             # no such stride type
     for data in damaged:
         with pytest.raises(FormatError):
-            computation_from_bytes(NnetComputation, data)
+            computation_from_bytes(data)
 
 
 @pytest.fixture(scope="module")
@@ -231,10 +231,10 @@ def test_raw_round_trip_compiled(tdnn_case) -> None:
     comp = CachingCompiler(nnet, CachingCompilerOptions(), use_disk=False).compile(request)
     lazy = [d.cindexes for d in comp.matrix_debug_info if d.cindexes]
     assert lazy and not any(x.is_built for x in lazy)
-    raw = raw_bytes(comp)
+    raw = computation_to_bytes(comp)
     # (Their tilings came from the expander's factories: nothing was built.)
     assert not any(x.is_built for x in lazy)
-    back = from_raw(NnetComputation, memoryview(raw), "<test>")
+    back = computation_from_bytes(memoryview(raw), "<test>")
     assert _snapshot(back) == _snapshot(comp)
     # The 16-sequence lists are stored as their first sequence.
     total = sum(len(d.cindexes) for d in comp.matrix_debug_info)
@@ -345,8 +345,8 @@ def test_rebuilt_precomputed_indexes_equal_and_shared(tdnn_case) -> None:
     gives, sharing an object only between entries of the same configuration
     and lists."""
     nnet, request, compiled = tdnn_case
-    loaded = from_raw(NnetComputation, memoryview(raw_bytes(compiled)), "")
-    reference = from_raw(NnetComputation, memoryview(raw_bytes(compiled)), "")
+    loaded = computation_from_bytes(memoryview(computation_to_bytes(compiled)), "")
+    reference = computation_from_bytes(memoryview(computation_to_bytes(compiled)), "")
     cc = CachingCompiler(nnet, use_disk=False)
     rebuild_precomputed_indexes(loaded, nnet, None, cc._component_keys)
     compute_precomputed_indexes(reference, nnet, None)
@@ -438,3 +438,14 @@ def test_convolution_precompute_matches_list_version(line: str, t_in: range,
     for bad_in in (new_in[::-1], new_in[:-1]):
         with pytest.raises(ValueError, match="reorder"):
             c.precompute_indexes(None, bad_in, new_out, True)
+
+
+def test_old_npz_computation_is_a_clear_error() -> None:
+    """Format 2 (.npz) files of older versions are refused, naming the file."""
+    from pynnet3.compile.computation_io import is_computation_file
+
+    old = b"PK\x03\x04" + bytes(60)
+    assert is_computation_file(old)
+    with pytest.raises(FormatError, match="npz") as info:
+        computation_from_bytes(old, "old.cmp")
+    assert "old.cmp" in str(info.value) and "compile it again" in str(info.value)

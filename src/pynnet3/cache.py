@@ -17,11 +17,11 @@ A disk entry's key is the SHA-256 of everything the computation depends on:
 the network's *structure* (node config lines; component names, types, dims,
 property flags, whether the learning rate is zero, and the configuration of
 non-simple components — not parameter values or training statistics), the
-request, the compiler and optimizer options, NnetComputation.FORMAT_VERSION,
+request, the compiler and optimizer options, the computation file format,
 the pynnet3 version, the entry container's version and a fingerprint of the
 compiler's source code (so an edited compiler never serves computations of
-its older self).  Entries hold the computation in computation_io's "raw"
-container (format 4, computation_raw.py: a small JSON header and arrays,
+its older self).  Entries hold the computation file of computation_io
+(format 4, the one nnet3-compile writes: a small JSON header and arrays,
 never pickle; Index lists stored once each and, where regular in n, as
 their first sequence) after a header that repeats the key and the payload's
 length and CRC-32 (a cache entry needs protection from damage, not from
@@ -64,8 +64,7 @@ import numpy as np
 from .io.kaldi_io import atomic_write
 from . import __version__, log
 from .compile.computation import CommandType, NnetComputation
-from .compile.computation_io import computation_to_bytes
-from .compile.computation_raw import load_raw
+from .compile.computation_io import FORMAT_VERSION, computation_to_bytes, load_computation
 from .compile.request import ComputationRequest
 from .errors import FormatError, PynnetError
 from .nnet.properties_cache import component_properties_cached
@@ -429,7 +428,7 @@ class CachingCompiler:
             "total", "compile", "optimize", "expand", "check", "indexes", "io")}
         context = {
             "pynnet3": __version__,
-            "computation-format": NnetComputation.FORMAT_VERSION,
+            "computation-format": FORMAT_VERSION,
             "entry-container": "raw-4",
             "code": code_fingerprint(),
             "use-shortcut": self.options.use_shortcut,
@@ -575,7 +574,7 @@ class CachingCompiler:
             return None
         try:
             payload = _entry_payload(data, key, str(path))
-            computation, commands = load_raw(NnetComputation, payload, str(path))
+            computation, commands = load_computation(payload, str(path))
             self.seconds["io"] += time.perf_counter() - start
             start = time.perf_counter()
             rebuild_precomputed_indexes(computation, self.nnet, request.misc_info,
@@ -601,7 +600,7 @@ class CachingCompiler:
         path = self.entry_path(key)
         try:
             self.cache_dir.mkdir(parents=True, exist_ok=True)
-            atomic_write(path, _entry_bytes(key, computation_to_bytes(computation, "raw")))
+            atomic_write(path, _entry_bytes(key, computation_to_bytes(computation)))
         except OSError as e:
             log.warn(f"cannot write computation cache entry {path} ({e.strerror or e}); "
                      "continuing without the disk cache")

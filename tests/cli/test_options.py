@@ -118,19 +118,29 @@ def test_library_options_carry_flags(module: str, cls: str) -> None:
     assert dataclasses.is_dataclass(spec)
 
 
-def test_optimize_options_metadata_registers_as_before() -> None:
-    """OptimizeOptions with Kaldi's flags and help in its fields' metadata
-    (the convention) registers exactly the options that optimize.options'
-    own register_click_options does (while that still exists)."""
-    options = pytest.importorskip("pynnet3.optimize.options")
-    if not hasattr(options, "register_click_options") or not hasattr(options, "_HELP"):
-        pytest.skip("optimize.options no longer registers its own options")
-    fields = [(f.name, f.type, field(default=f.default, metadata={
-        "flag": options._FLAGS[f.name], "help": options._HELP[f.name]} if f.name in options._FLAGS
-        else {})) for f in dataclasses.fields(OptimizeOptions)]
-    annotated = dataclasses.make_dataclass("OptimizeOptions", fields, frozen=True)
-    new, _ = _command(register_options(annotated, prefix="optimization"))
-    old, _ = _command(options.register_click_options)
-    assert [(p.name, p.opts, p.default, p.help, p.show_default, type(p.type))
-            for p in new.params] == [(p.name, p.opts, p.default, p.help, p.show_default,
-                                      type(p.type)) for p in old.params]
+def test_optimization_options_round_trip() -> None:
+    """OptimizeOptions registered from its fields' metadata parses back into
+    the same dataclass; Kaldi's hidden option stays hidden."""
+    from pynnet3.cli.options import optimization_options, optimize_options_from
+
+    import click
+    from click.testing import CliRunner
+
+    seen = {}
+
+    @click.command()
+    @optimization_options
+    def cmd(**kwargs: object) -> None:
+        seen["options"] = optimize_options_from(kwargs)
+        seen["rest"] = dict(kwargs)
+
+    result = CliRunner().invoke(cmd, ["--optimization.min-deriv-time=-5",
+                                      "--optimization.allow-left-merge=false",
+                                      "--optimization.memory-compression-level", "2"])
+    assert result.exit_code == 0, result.output
+    assert seen["options"] == OptimizeOptions(min_deriv_time=-5, allow_left_merge=False,
+                                              memory_compression_level=2)
+    assert seen["rest"] == {}
+    help_text = CliRunner().invoke(cmd, ["--help"]).output
+    assert "--optimization.max-deriv-time-relative" in help_text
+    assert "optimize-looped-computation" not in help_text

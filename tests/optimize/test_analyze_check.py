@@ -11,11 +11,11 @@ import pytest
 from pynnet3.compile.computation import Command, CommandType, NnetComputation
 from pynnet3.errors import ComputationCheckError
 from pynnet3.nnet.nnet import Nnet
-from pynnet3.optimize.analyze import (AccessType, Analyzer, ComputationAnalysis,
-                                      ComputationVariables, compute_command_attributes,
-                                      compute_matrix_to_submatrix, compute_variable_accesses,
-                                      get_commands_of_type, get_max_memory_use,
-                                      print_matrix_accesses)
+from pynnet3.optimize.accesses import compute_command_attributes, compute_variable_accesses
+from pynnet3.optimize.analysis import (Analyzer, ComputationAnalysis, compute_matrix_to_submatrix,
+                                       get_commands_of_type, get_max_memory_use,
+                                       print_matrix_accesses)
+from pynnet3.optimize.variables import AccessType, ComputationVariables
 from pynnet3.optimize.check import CheckComputationOptions, ComputationChecker, check_computation
 
 T = CommandType
@@ -489,7 +489,7 @@ def _naive_attributes(nnet, comp, variables):
     """Kaldi's ComputeCommandAttributes written out command type by command
     type (independently of the ARG_ROLES table the module is driven by)."""
     from pynnet3.nnet.components.base import Prop
-    from pynnet3.optimize.analyze import CommandAttributes
+    from pynnet3.optimize.accesses import CommandAttributes
 
     out = []
     for c in comp.commands:
@@ -644,3 +644,27 @@ def test_checker_accepts_all_unoptimized_compilations():
         nnet = read_nnet(str(d / "final.raw"))
         comp = compiler.compile_computation(read_request_file(str(d / "request.kaldi-text")), nnet)
         check_computation(nnet, comp, check_rewrite=True)
+
+
+def test_executor_write_sets_are_the_analysis_write_sets():
+    """The executor's debug write sets and the analysis both come from the
+    command specs: on Kaldi's optimized computations (every command type the
+    parser reads) they name the same submatrices."""
+    from types import SimpleNamespace
+
+    from pynnet3.compute.computer import NnetComputer
+    from pynnet3.nnet.model_io import read_nnet
+
+    compared = 0
+    for d in _random_dirs()[:30]:
+        nnet = read_nnet(str(d / "final.raw"))
+        comp = _parse_kaldi(d, nnet)
+        if comp is None:
+            continue
+        attributes = Analyzer(nnet, comp).command_attributes
+        computer = SimpleNamespace(computation=comp)
+        for c, command in enumerate(comp.commands):
+            assert NnetComputer._written_submatrices(computer, command) == \
+                attributes[c].submatrices_written, (d.name, c, command)
+        compared += 1
+    assert compared >= 20

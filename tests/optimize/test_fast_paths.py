@@ -23,14 +23,13 @@ import pytest
 from pynnet3.compile.computation import Command, CommandType, NnetComputation
 from pynnet3.errors import PynnetError
 from pynnet3.optimize import OptimizeOptions, copy_computation, optimize
-from pynnet3.optimize import analyze as analyze_module
-from pynnet3.optimize.analyze import Analyzer, ComputationAnalysis, ComputationVariables
-from pynnet3.optimize.analyze_records import _submatrix_access_records_loop, access_records_from_table
+from pynnet3 import fast_paths
+from pynnet3.optimize.accesses import _submatrix_access_records_loop, access_records_from_table
+from pynnet3.optimize.analysis import Analyzer, ComputationAnalysis
 from pynnet3.optimize.arrays import ComputationArrays
 from pynnet3.optimize.check import ComputationChecker, check_computation
-from pynnet3.optimize import check as check_module
-from pynnet3.optimize import check_indexes as check_indexes_module
-from pynnet3.optimize.check_indexes import _IndexChecker
+from pynnet3.optimize.check_indexes import IndexChecker
+from pynnet3.optimize.variables import ComputationVariables
 from pynnet3.optimize.row_ops import (_leading_trailing, _leading_trailing_all,
                                       _special_structures, indexes_have_special_structure)
 from pynnet3.optimize.variable_merging import VariableMergingOptimizer
@@ -82,15 +81,15 @@ def _random_tables(rng: np.random.Generator, num_matrices: int, num_subs: int):
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_variables_compiled_loop_matches_numpy(seed: int, monkeypatch) -> None:
+def test_variables_compiled_loop_matches_numpy(seed: int) -> None:
     rng = np.random.default_rng(seed)
     # (some matrices with many submatrices: the loop sorts those differently)
     sub, sizes = _random_tables(rng, int(rng.integers(1, 30)), int(rng.integers(0, 200)))
     fast = ComputationVariables()
     fast.init_from_tables(sub, sizes)
-    monkeypatch.setattr(analyze_module, "_USE_JIT", False)
-    slow = ComputationVariables()
-    slow.init_from_tables(sub, sizes)
+    with fast_paths.override(analysis_jit=False):
+        slow = ComputationVariables()
+        slow.init_from_tables(sub, sizes)
     assert fast.num_variables == slow.num_variables
     for name in ("matrix_to_variable_index", "variable_to_matrix", "submatrix_to_matrix",
                  "submatrix_is_whole_matrix", "variables_flat", "variables_offsets"):
@@ -160,7 +159,7 @@ def _verdict(nnet, comp: NnetComputation, check_rewrite: bool) -> str | None:
 
 def _slow_checker(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make the checker run every loop (no array shortcuts)."""
-    monkeypatch.setattr(_IndexChecker, "_all_ok", lambda self: False)
+    monkeypatch.setattr(IndexChecker, "_all_ok", lambda self: False)
     monkeypatch.setattr(ComputationChecker, "_suspect_matrices",
                         lambda self: range(1, len(self.analyzer.matrix_accesses)))
     monkeypatch.setattr(ComputationChecker, "_compression_matrices",
@@ -234,10 +233,8 @@ def test_checker_shortcuts_agree_with_loops(seed: str, monkeypatch) -> None:
     cases = [(c, rewrite) for base, rewrite in ((comp, True), (out, False), (compressed, False))
              for c in [base, *_mutations(base, rng, 60)]]
     # (the shortcuts also for computations small enough to skip them)
-    monkeypatch.setattr(check_indexes_module, "_LOOP_BELOW", 0)
-    monkeypatch.setattr(check_module, "_ARRAYS_FROM", 0)
-    fast = [_verdict(nnet, c, rewrite) for c, rewrite in cases]
-    monkeypatch.undo()
+    with fast_paths.override(check_indexes_loop_below=0, check_arrays_from=0):
+        fast = [_verdict(nnet, c, rewrite) for c, rewrite in cases]
     _slow_checker(monkeypatch)
     slow = [_verdict(nnet, c, rewrite) for c, rewrite in cases]
     assert fast[0] is None and fast[61] is None and fast[122] is None  # unbroken ones pass

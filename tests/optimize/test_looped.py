@@ -19,12 +19,13 @@ from pynnet3.nnet.index import Index
 from pynnet3.nnet.nnet import Nnet
 from pynnet3.optimize import copy_computation
 from pynnet3.optimize.check import check_computation
-from pynnet3.optimize.compile_looped import extrapolate_computation_request
-from pynnet3.optimize.looped import (ComputationLoopedOptimizer, compile_looped,
-                                     create_looped_computation_request, fix_goto_label,
-                                     get_chunk_size, modify_nnet_ivector_period)
+from pynnet3.optimize.compile_looped import (compile_looped, create_looped_computation_request,
+                                             extrapolate_computation_request, get_chunk_size,
+                                             modify_nnet_ivector_period)
+from pynnet3.optimize.looped import ComputationLoopedOptimizer
+from pynnet3.optimize.renumber import fix_goto_label
 from pynnet3.optimize.options import OptimizeOptions
-from tests.optimize.test_passes2 import _TDNN, _compile, _nnet, _random_case, _request, _types
+from tests.optimize.helpers import _TDNN, _compile, _nnet, _random_case, _request, _types
 
 T = CommandType
 F32 = np.float32
@@ -90,7 +91,7 @@ def _check_looped_against_whole(nnet: Nnet, chunk: int, num_chunks: int = 5) -> 
     """compile_looped on a simple network, run chunk by chunk, against the
     whole-utterance computation on the same frames."""
     from pynnet3.nnet.context import compute_simple_nnet_context
-    from pynnet3.optimize.looped import create_looped_computation_request_simple
+    from pynnet3.optimize.compile_looped import create_looped_computation_request_simple
 
     r1, r2, r3 = create_looped_computation_request_simple(nnet, chunk, 1, chunk, 0, 0, 1)
     comp = compile_looped(nnet, OptimizeOptions(), r1, r2, r3)
@@ -127,8 +128,8 @@ def test_compile_looped_tdnn() -> None:
 
 
 def test_optimize_looped_computation_gives_up_without_repeat() -> None:
-    from pynnet3.optimize.looped import (create_looped_computation_request_simple,
-                                         optimize_looped_computation)
+    from pynnet3.optimize.compile_looped import create_looped_computation_request_simple
+    from pynnet3.optimize.looped import optimize_looped_computation
 
     nnet = _nnet(_TDNN)
     r1, r2, r3 = create_looped_computation_request_simple(nnet, 4, 1, 4, 0, 0, 1)
@@ -157,7 +158,7 @@ def test_compile_looped_vosk(vosk_mdl: Path) -> None:
     from pynnet3.nnet.context import compute_simple_nnet_context
     from pynnet3.nnet.model_io import read_nnet
     from pynnet3.nnet.utils import set_batchnorm_test_mode, set_dropout_test_mode
-    from pynnet3.optimize.looped import create_looped_computation_request_simple
+    from pynnet3.optimize.compile_looped import create_looped_computation_request_simple
 
     def load() -> Nnet:
         n = read_nnet(str(vosk_mdl))

@@ -16,7 +16,7 @@ Frobenius error of 0.01 (ApproxEqual), the gradient networks to 1e-5
 (NnetParametersAreIdentical's dot-product test).  Newly allocated matrices
 are filled with NaN, so a computation that reads a value it never wrote
 fails instead of reading zeros.  On failure the optimizations are switched
-off one at a time (:func:`pynnet3.optimize.diagnose.find_breaking_optimization`)
+off one at a time (:func:`pynnet3.compute.diagnose.find_breaking_optimization`)
 and the message names those whose removal fixes it.
 """
 from __future__ import annotations
@@ -36,13 +36,14 @@ from pynnet3.nnet.components.base import set_random_seed
 from pynnet3.nnet.nnet import Nnet
 from pynnet3.optimize import OptimizeOptions, checking_hook, optimize
 from pynnet3.optimize.check import check_computation
-from pynnet3.optimize.diagnose import find_breaking_optimization
+from pynnet3.compute.diagnose import find_breaking_optimization
 from pynnet3.testing.generate import (NnetGenerationOptions,
                                       compute_example_computation_request_simple,
                                       draw_network_type,
                                       generate_config_sequence, nnet_from_configs,
                                       nnet_parameters_are_identical)
 from pynnet3.train.nnet_update import reset_generators, scale_nnet, set_nnet_as_gradient
+from tests.optimize.helpers import replace_pass
 
 CI_SEEDS = range(60)
 SLOW_SEEDS = range(60, 360)
@@ -211,7 +212,7 @@ def test_a_broken_pass_is_caught_and_named(monkeypatch: pytest.MonkeyPatch) -> N
                 computation.commands[i] = dataclasses.replace(c, alpha=c.alpha * 1.5)
         return ans
 
-    monkeypatch.setattr(misc, "convert_addition_to_assignment", broken)
+    replace_pass(monkeypatch, "convert_addition_to_assignment", broken)
     with pytest.raises(AssertionError) as info:
         check_seed(11)
     message = str(info.value)

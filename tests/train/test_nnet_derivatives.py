@@ -41,7 +41,7 @@ from pynnet3.nnet.components.base import set_random_seed
 from pynnet3.nnet.nnet import Nnet
 from pynnet3.optimize import OptimizeOptions, optimize
 from pynnet3.optimize.check import check_computation
-from pynnet3.optimize.diagnose import compile_optimized
+from pynnet3.compute.diagnose import compile_optimized
 from pynnet3.testing.generate import (NETWORK_TYPE_NAMES, NnetGenerationOptions,
                                       compute_example_computation_request_simple,
                                       draw_network_type, generate_config_sequence,

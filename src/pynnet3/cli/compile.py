@@ -68,6 +68,7 @@ def command(num_sequences: int, frames_per_chunk: int, extra_left_context: int,
         raise click.UsageError("--print and <computation-out> '-' would both write to stdout")
     from .. import log
     from ..cache import CachingCompiler, default_optimize_options, optimizer_available
+    from ..compile.computation_io import computation_to_bytes
     from ..compile.request_io import build_request, read_request_file
     from ..io.kaldi_io import write_wxfilename
     from ..nnet.model_io import read_nnet
@@ -100,7 +101,7 @@ def command(num_sequences: int, frames_per_chunk: int, extra_left_context: int,
         sys.stdout.write(computation.print(nnet.component_names, nnet.node_names))
         sys.stdout.flush()
     if len(args) == 2:
-        write_wxfilename(args[1], computation.to_bytes())
+        write_wxfilename(args[1], computation_to_bytes(computation))
     log.log(compiler.timing_summary())
     log.log(f"Computation has {len(computation.commands)} commands, "
             f"{len(computation.matrices)} matrices" +

@@ -21,27 +21,24 @@ e.g.:
  nnet3-info 0.raw train.cmp
 See also: nnet3-am-info, nnet3-compile"""
 
-# NnetComputation.to_bytes() is a NumPy .npz, i.e. a zip archive.
-_ZIP_MAGIC = b"PK\x03\x04"
-
 
 @kaldi_command(USAGE)
 @click.argument("args", nargs=-1)
 def command(args: tuple[str, ...]) -> None:
     check_num_args(args, (1, 2))
-    from ..compile.computation import NnetComputation
+    from ..compile.computation_io import computation_from_bytes, is_computation_file
     from ..errors import UsageError
     from ..io.kaldi_io import read_rxfilename
     from ..nnet.model_io import nnet_from_bytes
 
     data = read_rxfilename(args[-1])
-    if not data.startswith(_ZIP_MAGIC):
+    if not is_computation_file(data):
         if len(args) == 2:
             raise UsageError(f"{args[1]} is not a computation written by nnet3-compile")
         sys.stdout.write(nnet_from_bytes(data, args[0]).info())
         sys.stdout.flush()
         return
-    computation = NnetComputation.from_bytes(data, args[-1])
+    computation = computation_from_bytes(data, args[-1])
     if len(args) == 2:
         nnet = nnet_from_bytes(read_rxfilename(args[0]), args[0])
         _check_fits(computation, nnet, args)

@@ -23,7 +23,7 @@ from ..cache import CachingCompilerOptions
 from ..compute.backend import USE_GPU_CHOICES
 from ..compute.computer import NnetComputeOptions
 from ..optimize.options import OptimizeOptions
-from .common import bool_option, has_option_metadata, options_from, register_options
+from .common import bool_option, options_from, register_options
 
 __all__ = ["optimization_options", "optimize_options_from", "compiler_options",
            "compiler_options_from", "computation_options", "computation_options_from",
@@ -38,22 +38,13 @@ COMPUTATION_PREFIX = "computation"
 def optimization_options(f: Callable) -> Callable:
     """Kaldi's ``--optimization.<flag>`` options (NnetOptimizeOptions), values
     as ``optimization_<field>`` keyword arguments."""
-    if has_option_metadata(OptimizeOptions):
-        return register_options(OptimizeOptions, prefix=OPTIMIZATION_PREFIX)(f)
-    # OptimizeOptions without flag metadata registers itself.
-    from ..optimize.options import register_click_options
-
-    return register_click_options(f)
+    return register_options(OptimizeOptions, prefix=OPTIMIZATION_PREFIX)(f)
 
 
 def optimize_options_from(kwargs: dict[str, Any]) -> OptimizeOptions:
     """The OptimizeOptions of :func:`optimization_options`' values (removed
     from ``kwargs``)."""
-    if has_option_metadata(OptimizeOptions):
-        return options_from(OptimizeOptions, kwargs, prefix=OPTIMIZATION_PREFIX)
-    from ..optimize.options import options_from_click_kwargs
-
-    return options_from_click_kwargs(kwargs)
+    return options_from(OptimizeOptions, kwargs, prefix=OPTIMIZATION_PREFIX)
 
 
 def compiler_options(names: Sequence[str] = ("use_shortcut", "cache_capacity"),

@@ -6,13 +6,17 @@ integer index tables used by row commands, and a list of *commands*.
 
 Commands are data: one frozen :class:`Command` record per command, with
 Kaldi's command types and argument positions (``arg1``..``arg7``), and one
-table, :data:`ARG_ROLES`, saying what each argument of each command type
-means.  The printer, the analyser and the checker are all driven by that
-table, so a new command type is described in one place.
+table, :data:`COMMAND_SPECS`, saying what each command type means: what
+each argument refers to, which arguments it reads and writes, which index
+table it uses, which arguments must be whole matrices and how Kaldi prints
+it.  The printer here, the analysis, the checker's index checks, the
+renumbering and the executor's debug write sets are all driven by that
+table, so a command type is described in one place.
 """
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
 from itertools import chain
 from operator import attrgetter, is_
@@ -79,48 +83,157 @@ class Role(enum.Enum):
     UNUSED = "unused"
 
 
-R = Role
-# ARG_ROLES[type] = roles of (arg1, ..., arg7).  Where Kaldi's access depends on
-# the component's properties (Propagate writes or adds; Backprop adds or
-# writes the input derivative) the analyser refines the role; the table gives
-# the shape of the command.
-ARG_ROLES: dict[CommandType, tuple[Role, ...]] = {
-    CommandType.ALLOC_MATRIX: (R.SUBMATRIX_ALLOC,),
-    CommandType.DEALLOC_MATRIX: (R.SUBMATRIX_ALLOC,),
-    CommandType.SWAP_MATRIX: (R.SUBMATRIX_RW, R.SUBMATRIX_RW),
-    CommandType.SET_CONST: (R.SUBMATRIX_WRITE,),
-    # component, precomputed, input, output, memo, store-stats flag (1 = StoreStats)
-    CommandType.PROPAGATE: (R.COMPONENT, R.PRECOMPUTED, R.SUBMATRIX_READ, R.SUBMATRIX_WRITE,
-                            R.MEMO, R.INT, R.UNUSED),
-    # component, precomputed, in_value, out_value, out_deriv, in_deriv, memo
-    CommandType.BACKPROP: (R.COMPONENT, R.PRECOMPUTED, R.SUBMATRIX_MAYBE_READ,
-                           R.SUBMATRIX_MAYBE_READ, R.SUBMATRIX_READ, R.SUBMATRIX_MAYBE_RW, R.MEMO),
-    CommandType.BACKPROP_NO_MODEL_UPDATE: (R.COMPONENT, R.PRECOMPUTED, R.SUBMATRIX_MAYBE_READ,
-                                           R.SUBMATRIX_MAYBE_READ, R.SUBMATRIX_READ,
-                                           R.SUBMATRIX_MAYBE_RW, R.MEMO),
-    CommandType.MATRIX_COPY: (R.SUBMATRIX_WRITE, R.SUBMATRIX_READ),
-    CommandType.MATRIX_ADD: (R.SUBMATRIX_RW, R.SUBMATRIX_READ),
-    CommandType.COPY_ROWS: (R.SUBMATRIX_RW, R.SUBMATRIX_READ, R.INDEXES),
-    CommandType.ADD_ROWS: (R.SUBMATRIX_RW, R.SUBMATRIX_READ, R.INDEXES),
-    CommandType.COPY_ROWS_MULTI: (R.SUBMATRIX_RW, R.INDEXES_MULTI),
-    CommandType.COPY_TO_ROWS_MULTI: (R.SUBMATRIX_READ, R.INDEXES_MULTI),
-    CommandType.ADD_ROWS_MULTI: (R.SUBMATRIX_RW, R.INDEXES_MULTI),
-    CommandType.ADD_TO_ROWS_MULTI: (R.SUBMATRIX_READ, R.INDEXES_MULTI),
-    CommandType.ADD_ROW_RANGES: (R.SUBMATRIX_RW, R.SUBMATRIX_READ, R.INDEXES_RANGES),
-    # submatrix, compression type, truncate flag (alpha = range)
-    CommandType.COMPRESS_MATRIX: (R.SUBMATRIX_RW, R.INT, R.INT),
-    CommandType.DECOMPRESS_MATRIX: (R.SUBMATRIX_RW,),
-    CommandType.ACCEPT_INPUT: (R.SUBMATRIX_WRITE, R.NODE),
-    CommandType.PROVIDE_OUTPUT: (R.SUBMATRIX_READ, R.NODE),
-    CommandType.NO_OPERATION: (),
-    CommandType.NO_OPERATION_PERMANENT: (),
-    CommandType.NO_OPERATION_MARKER: (),
-    CommandType.NO_OPERATION_LABEL: (),
-    CommandType.GOTO_LABEL: (R.COMMAND,),
-}
+class ArgAccess(enum.Enum):
+    """How a command accesses one submatrix argument (Kaldi's
+    ComputeCommandAttributes, per argument)."""
 
-_SUBMATRIX_ROLES = {R.SUBMATRIX_READ, R.SUBMATRIX_WRITE, R.SUBMATRIX_RW, R.SUBMATRIX_ALLOC,
-                    R.SUBMATRIX_MAYBE_READ, R.SUBMATRIX_MAYBE_RW}
+    NONE = "none"                # not an access (allocation, swapping)
+    READ = "read"
+    WRITE = "write"              # every element overwritten
+    READ_WRITE = "read-write"    # added to, or changed in place
+    # Written, or added to when the component's properties say that it adds
+    # (Propagate's output, Backprop's input derivative).
+    COMPONENT_OUTPUT = "component-output"
+    # Written row by row; rows whose index is -1 keep their contents (read).
+    INDEXED_ROWS = "indexed-rows"
+
+
+class IndexTable(enum.Enum):
+    """The index table of a computation that a command's index argument
+    points into."""
+
+    NONE = "none"
+    INDEXES = "indexes"                  # int32 [rows]
+    INDEXES_MULTI = "indexes_multi"      # int32 [rows, 2]: (submatrix, row)
+    INDEXES_RANGES = "indexes_ranges"    # int32 [rows, 2]: [first, end)
+
+
+_DEFAULT_ACCESS = {Role.SUBMATRIX_READ: ArgAccess.READ, Role.SUBMATRIX_MAYBE_READ: ArgAccess.READ,
+                   Role.SUBMATRIX_WRITE: ArgAccess.WRITE, Role.SUBMATRIX_RW: ArgAccess.READ_WRITE,
+                   Role.SUBMATRIX_MAYBE_RW: ArgAccess.READ_WRITE}
+_INDEX_ROLES = {Role.INDEXES: IndexTable.INDEXES, Role.INDEXES_MULTI: IndexTable.INDEXES_MULTI,
+                Role.INDEXES_RANGES: IndexTable.INDEXES_RANGES}
+_SUBMATRIX_ROLES = {Role.SUBMATRIX_READ, Role.SUBMATRIX_WRITE, Role.SUBMATRIX_RW,
+                    Role.SUBMATRIX_ALLOC, Role.SUBMATRIX_MAYBE_READ, Role.SUBMATRIX_MAYBE_RW}
+
+
+@dataclass(frozen=True)
+class CommandSpec:
+    """Everything a command type means, in one record.
+
+    ``roles``: what arg1, arg2, ... refer to.  ``access``: how each
+    argument is accessed (:class:`ArgAccess`; NONE for arguments that are
+    not submatrices).  ``index_table``/``index_arg``: the index table the
+    command uses and the argument (1-based) holding its position there.
+    ``multi_access``: for the *Multi commands, how the submatrices named in
+    the indexes_multi rows are accessed.  ``whole_args``: arguments that
+    must be whole matrices.  ``print_form``: Kaldi's NnetComputation::Print
+    text, with fields ``{kindN}`` rendering argument N (see
+    :data:`_PRINT_FIELDS`) and ``{alpha}``, ``{scale}``, ``{model}``.
+    """
+
+    command_type: CommandType
+    roles: tuple[Role, ...]
+    print_form: str
+    access: tuple[ArgAccess, ...] = ()
+    index_table: IndexTable = IndexTable.NONE
+    index_arg: int = 0
+    multi_access: ArgAccess = ArgAccess.NONE
+    whole_args: tuple[int, ...] = ()
+
+    def submatrix_args(self) -> tuple[int, ...]:
+        """1-based positions of the submatrix arguments."""
+        return tuple(i + 1 for i, r in enumerate(self.roles) if r in _SUBMATRIX_ROLES)
+
+    def written_args(self) -> tuple[int, ...]:
+        """1-based positions of the submatrix arguments the command writes
+        (entirely or in part)."""
+        return tuple(i + 1 for i, a in enumerate(self.access)
+                     if a not in (ArgAccess.NONE, ArgAccess.READ))
+
+    def writes_multi_rows(self) -> bool:
+        """Whether the submatrices named in its indexes_multi rows are written."""
+        return self.multi_access not in (ArgAccess.NONE, ArgAccess.READ)
+
+
+def _spec(t: CommandType, roles: tuple[Role, ...], print_form: str,
+          access: dict[int, ArgAccess] | None = None, multi: ArgAccess = ArgAccess.NONE,
+          whole: tuple[int, ...] = ()) -> CommandSpec:
+    """A CommandSpec whose submatrix accesses follow the roles, except
+    those given in ``access`` (1-based argument -> access)."""
+    acc = [_DEFAULT_ACCESS.get(r, ArgAccess.NONE) for r in roles]
+    for pos, a in (access or {}).items():
+        acc[pos - 1] = a
+    index = [(i + 1, _INDEX_ROLES[r]) for i, r in enumerate(roles) if r in _INDEX_ROLES]
+    index_arg, table = index[0] if index else (0, IndexTable.NONE)
+    return CommandSpec(t, roles, print_form, tuple(acc), table, index_arg, multi, whole)
+
+
+T = CommandType
+R = Role
+_SM, _RD, _WR = R.SUBMATRIX_MAYBE_READ, R.SUBMATRIX_READ, R.SUBMATRIX_WRITE
+_RW, _AL = R.SUBMATRIX_RW, R.SUBMATRIX_ALLOC
+_NO_ACCESS = ArgAccess.NONE
+_BACKPROP_ROLES = (R.COMPONENT, R.PRECOMPUTED, _SM, _SM, _RD, R.SUBMATRIX_MAYBE_RW, R.MEMO)
+
+#: The meaning of every command type (Kaldi keeps it in a comment on
+#: CommandType and in the switch statements of the printer, the analyser, the
+#: checker, the renumbering and the executor).
+COMMAND_SPECS: dict[CommandType, CommandSpec] = {s.command_type: s for s in (
+    _spec(T.ALLOC_MATRIX, (_AL,), "{sub1} = undefined({rows1},{cols1})", whole=(1,)),
+    _spec(T.DEALLOC_MATRIX, (_AL,), "{sub1} = []", whole=(1,)),
+    # Swapping moves whole matrices: their contents are not accessed.
+    _spec(T.SWAP_MATRIX, (_RW, _RW), "{sub1}.swap({sub2}) [dim = {rows1} x {cols1}]",
+          access={1: _NO_ACCESS, 2: _NO_ACCESS}, whole=(1, 2)),
+    _spec(T.SET_CONST, (_WR,), "{sub1}.set({alpha}) [dim = {rows1} x {cols1}];"),
+    # component, precomputed, input, output, memo, store-stats flag (1 = StoreStats)
+    _spec(T.PROPAGATE, (R.COMPONENT, R.PRECOMPUTED, _RD, _WR, R.MEMO, R.INT, R.UNUSED),
+          "{component1}.Propagate({precomputed2}, {sub3}, &{sub4})",
+          access={4: ArgAccess.COMPONENT_OUTPUT}),
+    # component, precomputed, in_value, out_value, out_deriv, in_deriv, memo
+    _spec(T.BACKPROP, _BACKPROP_ROLES,
+          "{component1}.Backprop({precomputed2}, {sub3}, {sub4}, {sub5}, {model}, {ptr6})",
+          access={6: ArgAccess.COMPONENT_OUTPUT}),
+    _spec(T.BACKPROP_NO_MODEL_UPDATE, _BACKPROP_ROLES,
+          "{component1}.Backprop({precomputed2}, {sub3}, {sub4}, {sub5}, NULL, {ptr6})",
+          access={6: ArgAccess.COMPONENT_OUTPUT}),
+    _spec(T.MATRIX_COPY, (_WR, _RD), "{sub1} = {scale}{sub2}"),
+    _spec(T.MATRIX_ADD, (_RW, _RD), "{sub1} += {scale}{sub2}"),
+    _spec(T.COPY_ROWS, (_RW, _RD, R.INDEXES), "{sub1}.CopyRows({alpha}, {sub2}{indexes3})",
+          access={1: ArgAccess.INDEXED_ROWS}),
+    _spec(T.ADD_ROWS, (_RW, _RD, R.INDEXES), "{sub1}.AddRows({alpha}, {sub2}{indexes3})"),
+    # Rows without a source are set to zero: the destination is written.
+    _spec(T.COPY_ROWS_MULTI, (_RW, R.INDEXES_MULTI), "{sub1}.CopyRowsMulti({alpha}, {multi2})",
+          access={1: ArgAccess.WRITE}, multi=ArgAccess.READ),
+    _spec(T.COPY_TO_ROWS_MULTI, (_RD, R.INDEXES_MULTI),
+          "{sub1}.CopyToRowsMulti({alpha}, {multi2})", multi=ArgAccess.READ_WRITE),
+    _spec(T.ADD_ROWS_MULTI, (_RW, R.INDEXES_MULTI), "{sub1}.AddRowsMulti({alpha}, {multi2})",
+          multi=ArgAccess.READ),
+    _spec(T.ADD_TO_ROWS_MULTI, (_RD, R.INDEXES_MULTI),
+          "{sub1}.AddToRowsMulti({alpha}, {multi2})", multi=ArgAccess.READ_WRITE),
+    _spec(T.ADD_ROW_RANGES, (_RW, _RD, R.INDEXES_RANGES),
+          "{sub1}.AddRowRanges({alpha}, {sub2}, {ranges3})"),
+    # submatrix, compression type, truncate flag (alpha = range)
+    _spec(T.COMPRESS_MATRIX, (_RW, R.INT, R.INT),
+          "CompressMatrix({sub1}, {alpha}, {compression2}, {bool3})", whole=(1,)),
+    _spec(T.DECOMPRESS_MATRIX, (_RW,), "DecompressMatrix({sub1})",
+          access={1: ArgAccess.WRITE}, whole=(1,)),
+    _spec(T.ACCEPT_INPUT, (_WR, R.NODE), "{sub1} = user input [for node: '{node2}']",
+          whole=(1,)),
+    _spec(T.PROVIDE_OUTPUT, (_RD, R.NODE), "output {sub1} to user [for node: '{node2}']",
+          whole=(1,)),
+    _spec(T.NO_OPERATION, (), "[no-op]"),
+    _spec(T.NO_OPERATION_PERMANENT, (), "[no-op-permanent]"),
+    _spec(T.NO_OPERATION_MARKER, (),
+          "# computation segment separator [e.g., begin backward commands]"),
+    _spec(T.NO_OPERATION_LABEL, (), "[label for goto statement]"),
+    _spec(T.GOTO_LABEL, (R.COMMAND,), "goto c{int1}"),
+)}
+if set(COMMAND_SPECS) != set(CommandType):
+    raise ImportError("COMMAND_SPECS must describe every CommandType")
+
+#: ARG_ROLES[type] = roles of (arg1, ..., arg7): the roles of COMMAND_SPECS.
+ARG_ROLES: dict[CommandType, tuple[Role, ...]] = {t: s.roles for t, s in COMMAND_SPECS.items()}
 
 
 class StrideType(enum.IntEnum):
@@ -187,8 +300,8 @@ class Command:
 
     def submatrix_args(self) -> list[tuple[int, Role]]:
         """(argument position 1..7, role) of every submatrix argument."""
-        return [(i + 1, role) for i, role in enumerate(ARG_ROLES[self.command_type])
-                if role in _SUBMATRIX_ROLES]
+        roles = COMMAND_SPECS[self.command_type].roles
+        return [(i + 1, role) for i, role in enumerate(roles) if role in _SUBMATRIX_ROLES]
 
 
 _COMMAND_FIELD_SET = frozenset(("command_type", "alpha", "arg1", "arg2", "arg3", "arg4", "arg5",
@@ -203,8 +316,7 @@ if tuple(Command.__slots__) != ("command_type", "alpha", "arg1", "arg2", "arg3",
     raise ImportError("Command's fields changed: update Command.__init__")
 
 
-# (Kept for the passes that name it: Command's own __init__ now stores
-# through the slots, which is what this used to do differently.)
+# Another name for Command's constructor (the compiler's).
 make_command = Command
 
 
@@ -438,69 +550,19 @@ class NnetComputation:
 
     def command_string(self, i: int, component_names: Sequence[str], node_names: Sequence[str],
                        sub: list[str] | None = None) -> str:
+        """Kaldi's printout of command ``i`` (one line), from the print form of
+        its :class:`CommandSpec`."""
         if sub is None:
             sub = self.submatrix_strings()
         c = self.commands[i]
-        t = c.command_type
-        a = fmt_alpha(c.alpha)
-        T = CommandType
-        if t is T.ALLOC_MATRIX:
-            s = self.submatrices[c.arg1]
-            body = f"{sub[c.arg1]} = undefined({s.num_rows},{s.num_cols})"
-        elif t is T.DEALLOC_MATRIX:
-            body = f"{sub[c.arg1]} = []"
-        elif t is T.SWAP_MATRIX:
-            s = self.submatrices[c.arg1]
-            body = f"{sub[c.arg1]}.swap({sub[c.arg2]}) [dim = {s.num_rows} x {s.num_cols}]"
-        elif t is T.SET_CONST:
-            s = self.submatrices[c.arg1]
-            body = f"{sub[c.arg1]}.set({a}) [dim = {s.num_rows} x {s.num_cols}];"
-        elif t is T.PROPAGATE:
-            pre = "NULL" if c.arg2 == 0 else f"precomputed_indexes[{c.arg2}]"
-            body = f"{component_names[c.arg1]}.Propagate({pre}, {sub[c.arg3]}, &{sub[c.arg4]})"
-        elif t in (T.BACKPROP, T.BACKPROP_NO_MODEL_UPDATE):
-            pre = "NULL" if c.arg2 == 0 else f"precomputed_indexes[{c.arg2}]"
-            comp = ("[component-pointer]" if self.need_model_derivative and t is T.BACKPROP
-                    else "NULL")
-            in_deriv = "NULL" if c.arg6 == 0 else "&" + sub[c.arg6]
-            body = (f"{component_names[c.arg1]}.Backprop({pre}, {sub[c.arg3]}, {sub[c.arg4]}, "
-                    f"{sub[c.arg5]}, {comp}, {in_deriv})")
-        elif t is T.MATRIX_COPY or t is T.MATRIX_ADD:
-            op = "=" if t is T.MATRIX_COPY else "+="
-            scale = "" if c.alpha == 1.0 else f"{a} * "
-            body = f"{sub[c.arg1]} {op} {scale}{sub[c.arg2]}"
-        elif t is T.COPY_ROWS or t is T.ADD_ROWS:
-            name = "CopyRows" if t is T.COPY_ROWS else "AddRows"
-            body = f"{sub[c.arg1]}.{name}({a}, {sub[c.arg2]}{print_integer_vector(self.indexes[c.arg3])})"
-        elif t in (T.ADD_ROWS_MULTI, T.ADD_TO_ROWS_MULTI, T.COPY_ROWS_MULTI, T.COPY_TO_ROWS_MULTI):
-            name = {T.ADD_ROWS_MULTI: "AddRowsMulti", T.ADD_TO_ROWS_MULTI: "AddToRowsMulti",
-                    T.COPY_ROWS_MULTI: "CopyRowsMulti", T.COPY_TO_ROWS_MULTI: "CopyToRowsMulti"}[t]
-            body = f"{sub[c.arg1]}.{name}({a}, {self._indexes_multi_string(self.indexes_multi[c.arg2])})"
-        elif t is T.ADD_ROW_RANGES:
-            ranges = ",".join("null" if f == -1 else f"{f}:{e - 1}"
-                              for f, e in self.indexes_ranges[c.arg3].tolist())
-            body = f"{sub[c.arg1]}.AddRowRanges({a}, {sub[c.arg2]}, [{ranges}])"
-        elif t is T.COMPRESS_MATRIX:
-            kind = CompressedMatrixType(c.arg2).name.lower()
-            body = (f"CompressMatrix({sub[c.arg1]}, {a}, {kind}, "
-                    f"{'true' if c.arg3 != 0 else 'false'})")
-        elif t is T.DECOMPRESS_MATRIX:
-            body = f"DecompressMatrix({sub[c.arg1]})"
-        elif t is T.ACCEPT_INPUT:
-            body = f"{sub[c.arg1]} = user input [for node: '{node_names[c.arg2]}']"
-        elif t is T.PROVIDE_OUTPUT:
-            body = f"output {sub[c.arg1]} to user [for node: '{node_names[c.arg2]}']"
-        elif t is T.NO_OPERATION:
-            body = "[no-op]"
-        elif t is T.NO_OPERATION_PERMANENT:
-            body = "[no-op-permanent]"
-        elif t is T.NO_OPERATION_MARKER:
-            body = "# computation segment separator [e.g., begin backward commands]"
-        elif t is T.NO_OPERATION_LABEL:
-            body = "[label for goto statement]"
-        else:
-            body = f"goto c{c.arg1}"
-        text = f"c{i}: {body}\n"
+        args = c.args
+        parts = []
+        for literal, render, pos in _PRINT_PROGRAMS[c.command_type]:
+            parts.append(literal)
+            if render is not None:
+                parts.append(render(self, c, args[pos - 1] if pos else 0, sub,
+                                    component_names, node_names))
+        text = f"c{i}: {''.join(parts)}\n"
         if len(text) > 200:
             text = text[:100] + " ... " + text[len(text) - 100:]
         return text
@@ -522,31 +584,6 @@ class NnetComputation:
         for i in range(len(self.commands)):
             out.append(self.command_string(i, component_names, node_names, sub))
         return "".join(out)
-
-    # -- serialisation (safe: JSON header + int32 arrays, no pickle) ----------
-    # 2: the index tables, debug cindexes and precomputed Indexes are each one
-    # concatenated array split by lengths in the header (an .npz member per
-    # list made loading a 2000-matrix LSTM computation take half a second).
-    # (The computation cache stores the same content in a plain container
-    # that loads without copies, "format 3"; see computation_io.py.)
-    FORMAT_VERSION = 2
-
-    def to_bytes(self) -> bytes:
-        """An ``.npz`` (zip) of a JSON header and int32 arrays."""
-        from .computation_io import computation_to_bytes
-
-        return computation_to_bytes(self, "npz")
-
-    @classmethod
-    def from_bytes(cls, data: bytes | memoryview,
-                   where: str = "<computation>") -> "NnetComputation":
-        """Inverse of :meth:`to_bytes` (also reads format 2).  Precomputed-
-        index objects are not restored (``data`` stays None): callers
-        recompute them from the stored input/output indexes with the
-        network's components.  Large arrays are read-only views of ``data``."""
-        from .computation_io import computation_from_bytes
-
-        return computation_from_bytes(cls, data, where)
 
 
 def fmt_alpha(alpha: float) -> str:
@@ -595,3 +632,50 @@ def print_cindexes(cindexes: Sequence[tuple[int, Index]], node_names: Sequence[s
         out.append(node_names[node] + print_indexes([c[1] for c in cindexes[i:j]]))
         i = j
     return "".join(out)
+
+
+# ---------------------------------------------------------------------------
+# The print forms of COMMAND_SPECS, compiled
+
+def _ranges_string(ranges: np.ndarray) -> str:
+    return "[" + ",".join("null" if f == -1 else f"{f}:{e - 1}" for f, e in ranges.tolist()) + "]"
+
+
+# Field kind -> render(computation, command, argument value, submatrix
+# strings, component names, node names).
+_PRINT_FIELDS: dict[str, Any] = {
+    "sub": lambda comp, c, a, sub, cn, nn: sub[a],
+    "ptr": lambda comp, c, a, sub, cn, nn: "NULL" if a == 0 else "&" + sub[a],
+    "rows": lambda comp, c, a, sub, cn, nn: str(comp.submatrices[a].num_rows),
+    "cols": lambda comp, c, a, sub, cn, nn: str(comp.submatrices[a].num_cols),
+    "component": lambda comp, c, a, sub, cn, nn: cn[a],
+    "precomputed": lambda comp, c, a, sub, cn, nn:
+        "NULL" if a == 0 else f"precomputed_indexes[{a}]",
+    "node": lambda comp, c, a, sub, cn, nn: nn[a],
+    "indexes": lambda comp, c, a, sub, cn, nn: print_integer_vector(comp.indexes[a]),
+    "multi": lambda comp, c, a, sub, cn, nn: comp._indexes_multi_string(comp.indexes_multi[a]),
+    "ranges": lambda comp, c, a, sub, cn, nn: _ranges_string(comp.indexes_ranges[a]),
+    "compression": lambda comp, c, a, sub, cn, nn: CompressedMatrixType(a).name.lower(),
+    "bool": lambda comp, c, a, sub, cn, nn: "true" if a != 0 else "false",
+    "int": lambda comp, c, a, sub, cn, nn: str(a),
+    "alpha": lambda comp, c, a, sub, cn, nn: fmt_alpha(c.alpha),
+    # Kaldi prints a scale only when it is not 1.
+    "scale": lambda comp, c, a, sub, cn, nn: "" if c.alpha == 1.0 else f"{fmt_alpha(c.alpha)} * ",
+    # The component pointer Kaldi passes when the model is updated.
+    "model": lambda comp, c, a, sub, cn, nn:
+        "[component-pointer]" if comp.need_model_derivative else "NULL",
+}
+_FIELD = re.compile(r"\{([a-z]+)(\d?)\}")
+
+
+def _print_program(form: str) -> list[tuple[str, Any, int]]:
+    """A print form as (literal text, renderer or None, argument position)."""
+    out, last = [], 0
+    for m in _FIELD.finditer(form):
+        out.append((form[last:m.start()], _PRINT_FIELDS[m.group(1)], int(m.group(2) or 0)))
+        last = m.end()
+    out.append((form[last:], None, 0))
+    return out
+
+
+_PRINT_PROGRAMS = {t: _print_program(s.print_form) for t, s in COMMAND_SPECS.items()}

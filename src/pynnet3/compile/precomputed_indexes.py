@@ -3,7 +3,7 @@
 A Propagate or Backprop command may refer to ``component_precomputed_indexes[k]``,
 an object the component built from the step's input and output Indexes
 (Kaldi's ``Component::PrecomputeIndexes``).  Those objects are not
-serialised (see :meth:`NnetComputation.from_bytes`) and a computation read
+serialised (see :mod:`.computation_io`) and a computation read
 from Kaldi's printed form has only the Indexes, so this rebuilds them.
 """
 from __future__ import annotations

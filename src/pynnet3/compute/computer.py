@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 import numpy as np
 
 from .. import log
-from ..compile.computation import Command, CommandType, NnetComputation
+from ..compile.computation import COMMAND_SPECS, Command, CommandType, NnetComputation
 from ..compile.precomputed_indexes import compute_precomputed_indexes
 from ..errors import PynnetError
 from ..nnet.components.base import Prop
@@ -529,21 +529,13 @@ class NnetComputer:
         return text.split("# begin forward commands\n", 1)[0]
 
     def _written_submatrices(self, c: Command) -> list[int]:
-        """Submatrices a command writes (as Kaldi's command attributes say)."""
-        t = c.command_type
-        if t in (T.SET_CONST, T.MATRIX_COPY, T.MATRIX_ADD, T.ADD_ROWS, T.COPY_ROWS,
-                 T.ADD_ROWS_MULTI, T.COPY_ROWS_MULTI, T.ADD_ROW_RANGES, T.COMPRESS_MATRIX,
-                 T.DECOMPRESS_MATRIX, T.ACCEPT_INPUT):
-            subs = [c.arg1]
-        elif t is T.PROPAGATE:
-            subs = [c.arg4]
-        elif t in (T.BACKPROP, T.BACKPROP_NO_MODEL_UPDATE):
-            subs = [c.arg6]
-        elif t in (T.ADD_TO_ROWS_MULTI, T.COPY_TO_ROWS_MULTI):
-            pairs = self.computation.indexes_multi[c.arg2]
-            subs = sorted(set(pairs[:, 0][pairs[:, 0] >= 0].tolist()))
-        else:
-            subs = []
+        """Submatrices a command writes (as its command spec says)."""
+        spec = COMMAND_SPECS[c.command_type]
+        args = c.args
+        subs = [args[pos - 1] for pos in spec.written_args()]
+        if spec.writes_multi_rows():
+            pairs = self.computation.indexes_multi[args[spec.index_arg - 1]]
+            subs += pairs[:, 0][pairs[:, 0] >= 0].tolist()
         return sorted(set(s for s in subs if s > 0))
 
     def _updated_component(self, c: Command) -> Any:

@@ -3,8 +3,9 @@
 Run on every computation the compiler produces and after every optimization
 pass in tests.  The checks, in Kaldi's order:
 
-* indexes: every argument in range, dimensions consistent with each other
-  and with the components, memos produced once and consumed once;
+* indexes (:mod:`.check_indexes`): every argument in range, dimensions
+  consistent with each other and with the components, memos produced once
+  and consumed once;
 * matrix accesses: every matrix allocated before use, used, not used after
   it is freed, never allocated or freed twice;
 * compression: CompressMatrix / DecompressMatrix pairs around the marker
@@ -28,8 +29,12 @@ import numpy as np
 from ..compile.computation import CommandType, CompressedMatrixType, NnetComputation
 from ..errors import ComputationCheckError
 from ..nnet.properties_cache import component_properties_cached
-from .analyze import AccessType, Analyzer, MatrixAccessesList, command_error
+from .. import fast_paths
+from .accesses import MatrixAccessesList, command_error
+from .analysis import Analyzer
 from .arrays import type_mask, unique_ints
+from .check_indexes import IndexChecker
+from .variables import AccessType
 
 __all__ = ["CheckComputationOptions", "ComputationChecker", "ComputationCheckError",
            "check_computation"]
@@ -63,9 +68,6 @@ _get_n = itemgetter(0)       # Index -> n
 _EXTEND_MIN_PROPORTION = 0.8
 
 _T_COMPRESS_MATRIX = int(CommandType.COMPRESS_MATRIX)
-# From this many matrices on, the per-matrix checks first look at all
-# matrices with array operations (fewer are quicker to check one by one).
-_ARRAYS_FROM = 32
 # Up to this many rows in all, the debug-info n columns are joined and
 # checked with one min (one NumPy call instead of one per matrix).
 _CONCAT_LIMIT = 200_000
@@ -194,7 +196,7 @@ class ComputationChecker:
         """The matrices :meth:`check_computation_matrix_accesses` may reject
         (found with array operations; all of them without the arrays)."""
         ma = self.analyzer.matrix_accesses
-        if not isinstance(ma, MatrixAccessesList) or len(ma) < _ARRAYS_FROM:
+        if not isinstance(ma, MatrixAccessesList) or len(ma) < fast_paths.current().check_arrays_from:
             return range(1, len(ma))
         bounds = ma.bounds[1:]
         count = np.diff(bounds)
@@ -271,7 +273,7 @@ class ComputationChecker:
         if len(info) != len(self.computation.matrices):
             raise ComputationCheckError(f"debug info has {len(info)} entries for "
                                         f"{len(self.computation.matrices)} matrices")
-        if len(info) >= _ARRAYS_FROM and self._debug_info_ok(info):
+        if len(info) >= fast_paths.current().check_arrays_from and self._debug_info_ok(info):
             return
         checked: set[int] = set()    # lists shared by several matrices are checked once
         for m in range(1, len(info)):
@@ -326,7 +328,7 @@ class ComputationChecker:
     def check_computation_indexes(self) -> None:
         """Arguments in range and dimensions consistent (Kaldi's
         CheckComputationIndexes, plus a range check of the submatrices)."""
-        _IndexChecker(self).run()
+        IndexChecker(self.nnet, self.computation).run()
 
 
 def _online_to_checkable(computation: NnetComputation) -> NnetComputation:
@@ -358,5 +360,3 @@ def check_computation(nnet: Any, computation: NnetComputation, check_rewrite: bo
     with component_properties_cached():
         ComputationChecker(opts, nnet, computation).check()
 
-
-from .check_indexes import _IndexChecker  # noqa: E402  (its half of this module)

@@ -1,6 +1,5 @@
-"""The index and dimension half of the ComputationChecker (Kaldi's
-CheckComputationIndexes), kept beside check.py for size; use it through
-:class:`~pynnet3.optimize.check.ComputationChecker`.
+"""Kaldi's ComputationChecker::CheckComputationIndexes: every index a
+command holds points at something that exists and fits.
 
 Every command's arguments are checked against the ranges of the tables they
 index (submatrices, indexes, indexes_multi, indexes_ranges, precomputed
@@ -10,20 +9,19 @@ are checked with array operations.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from ..compile.computation import Command, CommandType, CompressedMatrixType
+from .. import fast_paths
+from ..compile.computation import (COMMAND_SPECS, Command, CommandType, CompressedMatrixType,
+                                   IndexTable, NnetComputation)
 from ..errors import ComputationCheckError
 from ..nnet.components.base import Prop
 from ..nnet.properties_cache import component_properties, nnet_component_properties
-from .analyze import ComputationVariables, _submatrix_table, command_error
-from .analyze_records import properties_array
+from .accesses import command_error, properties_array
 from .arrays import type_mask, unique_ints
-
-if TYPE_CHECKING:
-    from .check import ComputationChecker
+from .variables import ComputationVariables, _submatrix_table
 
 T = CommandType
 # Component property bits as plain ints (IntFlag arithmetic is slow in loops).
@@ -35,9 +33,6 @@ _P_SIMPLE = int(Prop.SIMPLE)
 _P_UPDATABLE = int(Prop.UPDATABLE)
 _P_USES_MEMO = int(Prop.USES_MEMO)
 _T_PROPAGATE = int(T.PROPAGATE)
-# Below this many commands the per-command loop is quicker than the array
-# checks (their fixed cost is a few dozen NumPy calls).
-_LOOP_BELOW = 256
 
 # Command-type masks for the array checks (see arrays.type_mask).
 _MASK_ANY = type_mask(T)
@@ -46,11 +41,13 @@ _MASK_SET_CONST = type_mask([T.SET_CONST])
 _MASK_SWAP = type_mask([T.SWAP_MATRIX])
 _MASK_COPY_ADD = type_mask([T.MATRIX_COPY, T.MATRIX_ADD])
 _MASK_BACKPROP = type_mask([T.BACKPROP, T.BACKPROP_NO_MODEL_UPDATE])
-_MASK_ROWS = type_mask([T.ADD_ROWS, T.COPY_ROWS])
 _MASK_IO = type_mask([T.ACCEPT_INPUT, T.PROVIDE_OUTPUT])
-_MASK_OTHER = type_mask([T.ADD_ROWS_MULTI, T.COPY_ROWS_MULTI, T.ADD_TO_ROWS_MULTI,
-                         T.COPY_TO_ROWS_MULTI, T.ADD_ROW_RANGES, T.COMPRESS_MATRIX,
-                         T.GOTO_LABEL])
+# By the index table a command uses (its command spec).
+_MASK_ROWS = type_mask([t for t, s in COMMAND_SPECS.items()
+                        if s.index_table is IndexTable.INDEXES])
+_MASK_OTHER = type_mask([t for t, s in COMMAND_SPECS.items()
+                         if s.index_table in (IndexTable.INDEXES_MULTI, IndexTable.INDEXES_RANGES)]
+                        + [T.COMPRESS_MATRIX, T.GOTO_LABEL])
 
 
 # The last network's component dimensions, with the properties list the
@@ -81,10 +78,12 @@ def _index_stats(indexes: np.ndarray) -> tuple[int, int, int]:
     return len(indexes), int(indexes.max()), int(indexes.min())
 
 
-class _IndexChecker:
-    def __init__(self, checker: "ComputationChecker") -> None:
-        self.nnet = checker.nnet
-        self.computation = comp = checker.computation
+class IndexChecker:
+    """Kaldi's ComputationChecker::CheckComputationIndexes on one computation."""
+
+    def __init__(self, nnet: Any, computation: NnetComputation) -> None:
+        self.nnet = nnet
+        self.computation = comp = computation
         subs = comp.submatrices
         self.num_submatrices = len(subs)
         table = _submatrix_table(comp)
@@ -136,7 +135,7 @@ class _IndexChecker:
         """Check every command; the command-by-command loop runs (and names
         the first bad command) only where the array checks find something,
         or for a short computation, where it is quicker than they are."""
-        if len(self.computation.commands) < _LOOP_BELOW or not self._all_ok():
+        if len(self.computation.commands) < fast_paths.current().check_indexes_loop_below or not self._all_ok():
             self.run_loop()
 
     def _all_ok(self) -> bool:
@@ -229,10 +228,7 @@ class _IndexChecker:
                     return False
                 continue
             try:
-                if t is T.ADD_ROW_RANGES:
-                    self.check_row_ranges(c, command)
-                else:
-                    self.check_multi(c, command)
+                _INDEX_CHECKS[COMMAND_SPECS[t].index_table](self, c, command)
             except Exception:  # the loop says what (or finds an earlier problem)
                 return False
         return True
@@ -326,70 +322,69 @@ class _IndexChecker:
 
     # -- per command ---------------------------------------------------------
     def run_loop(self) -> None:
+        """Every command in turn: the whole-matrix arguments and the index
+        table its spec names, then the checks particular to its type."""
         commands = self.computation.commands
         for c, command in enumerate(commands):
             t = command.command_type
-            if t is T.ALLOC_MATRIX or t is T.DEALLOC_MATRIX or t is T.DECOMPRESS_MATRIX:
-                if not self.whole_ok(command.arg1):
+            spec = COMMAND_SPECS[t]
+            if spec.whole_args:
+                args = command.args
+                if not all(self.whole_ok(args[pos - 1]) for pos in spec.whole_args):
                     raise self.error(c, "submatrix index out of range or not a whole matrix")
-            elif t is T.SET_CONST:
-                if not self.sub_ok(command.arg1):
-                    raise self.error(c, "submatrix index out of range")
-            elif t is T.SWAP_MATRIX:
-                if not (self.whole_ok(command.arg1) and self.whole_ok(command.arg2)):
-                    raise self.error(c, "submatrix index out of range or not a whole matrix")
-                if (self.sub_rows[command.arg1] != self.sub_rows[command.arg2]
-                        or self.sub_cols[command.arg1] != self.sub_cols[command.arg2]):
-                    raise self.error(c, "dimension mismatch in SwapMatrix")
-            elif t is T.PROPAGATE:
-                self.check_propagate(c, command)
-            elif t is T.BACKPROP or t is T.BACKPROP_NO_MODEL_UPDATE:
-                self.check_backprop(c, command)
-            elif t is T.MATRIX_COPY or t is T.MATRIX_ADD:
-                a1, a2 = command.arg1, command.arg2
-                if not (self.sub_ok(a1) and self.sub_ok(a2)):
-                    raise self.error(c, "submatrix index out of range in matrix copy/add")
-                if (self.sub_rows[a1] != self.sub_rows[a2]
-                        or self.sub_cols[a1] != self.sub_cols[a2]):
-                    raise self.error(c, "dimension mismatch in matrix copy/add")
-                # Copying a matrix onto itself with alpha != 1 is how scaling is done.
-                if a1 == a2 and not (t is T.MATRIX_COPY and command.alpha != 1.0):
-                    raise self.error(c, "adding/copying a submatrix to itself")
-            elif t is T.ADD_ROWS or t is T.COPY_ROWS:
-                self.check_rows(c, command)
-            elif t in (T.ADD_ROWS_MULTI, T.COPY_ROWS_MULTI, T.ADD_TO_ROWS_MULTI,
-                       T.COPY_TO_ROWS_MULTI):
-                self.check_multi(c, command)
-            elif t is T.ADD_ROW_RANGES:
-                self.check_row_ranges(c, command)
-            elif t is T.COMPRESS_MATRIX:
-                if not self.whole_ok(command.arg1):
-                    raise self.error(c, "submatrix index out of range or not a whole matrix")
-                if not CompressedMatrixType.INT8 <= command.arg2 <= CompressedMatrixType.UINT16:
-                    raise self.error(c, "invalid compressed-matrix type")
-                if command.arg3 not in (0, 1):
-                    raise self.error(c, "invalid 'truncate' option for compressing a matrix")
-                if (not 0.0 <= command.alpha <= 1000.0
-                        or (command.alpha == 0.0 and command.arg2 != CompressedMatrixType.UINT8)):
-                    raise self.error(c, "invalid alpha in CompressMatrix")
-            elif t is T.ACCEPT_INPUT or t is T.PROVIDE_OUTPUT:
-                if not self.whole_ok(command.arg1):
-                    raise self.error(c, "submatrix index out of range or not a whole matrix")
-                n = command.arg2
-                if (self.nnet is None or not 0 <= n < self.nnet.num_nodes()
-                        or not (self.nnet.is_input_node(n) or self.nnet.is_output_node(n))):
-                    raise self.error(c, f"invalid network node {n} (not an input or output node)")
-            elif t is T.GOTO_LABEL:
-                label = command.arg1
-                if (not 0 <= label < c
-                        or commands[label].command_type is not T.NO_OPERATION_LABEL):
-                    raise self.error(c, "GotoLabel has an invalid destination")
-                if c + 1 != len(commands):
-                    raise self.error(c, "GotoLabel is not the last command")
-            # NO_OPERATION* need no check.
+            if spec.index_table is not IndexTable.NONE:
+                _INDEX_CHECKS[spec.index_table](self, c, command)
+            check = _TYPE_CHECKS.get(t)
+            if check is not None:
+                check(self, c, command)
         if self.memo_to_command:
             memo, c = next(iter(self.memo_to_command.items()))
             raise self.error(c, f"memo {memo} is produced here but never consumed by a backprop")
+
+    def check_set_const(self, c: int, command: Command) -> None:
+        if not self.sub_ok(command.arg1):
+            raise self.error(c, "submatrix index out of range")
+
+    def check_swap(self, c: int, command: Command) -> None:
+        if (self.sub_rows[command.arg1] != self.sub_rows[command.arg2]
+                or self.sub_cols[command.arg1] != self.sub_cols[command.arg2]):
+            raise self.error(c, "dimension mismatch in SwapMatrix")
+
+    def check_copy_add(self, c: int, command: Command) -> None:
+        t = command.command_type
+        a1, a2 = command.arg1, command.arg2
+        if not (self.sub_ok(a1) and self.sub_ok(a2)):
+            raise self.error(c, "submatrix index out of range in matrix copy/add")
+        if (self.sub_rows[a1] != self.sub_rows[a2]
+                or self.sub_cols[a1] != self.sub_cols[a2]):
+            raise self.error(c, "dimension mismatch in matrix copy/add")
+        # Copying a matrix onto itself with alpha != 1 is how scaling is done.
+        if a1 == a2 and not (t is T.MATRIX_COPY and command.alpha != 1.0):
+            raise self.error(c, "adding/copying a submatrix to itself")
+
+    def check_compress(self, c: int, command: Command) -> None:
+        if not CompressedMatrixType.INT8 <= command.arg2 <= CompressedMatrixType.UINT16:
+            raise self.error(c, "invalid compressed-matrix type")
+        if command.arg3 not in (0, 1):
+            raise self.error(c, "invalid 'truncate' option for compressing a matrix")
+        if (not 0.0 <= command.alpha <= 1000.0
+                or (command.alpha == 0.0 and command.arg2 != CompressedMatrixType.UINT8)):
+            raise self.error(c, "invalid alpha in CompressMatrix")
+
+    def check_io(self, c: int, command: Command) -> None:
+        n = command.arg2
+        if (self.nnet is None or not 0 <= n < self.nnet.num_nodes()
+                or not (self.nnet.is_input_node(n) or self.nnet.is_output_node(n))):
+            raise self.error(c, f"invalid network node {n} (not an input or output node)")
+
+    def check_goto(self, c: int, command: Command) -> None:
+        commands = self.computation.commands
+        label = command.arg1
+        if (not 0 <= label < c
+                or commands[label].command_type is not T.NO_OPERATION_LABEL):
+            raise self.error(c, "GotoLabel has an invalid destination")
+        if c + 1 != len(commands):
+            raise self.error(c, "GotoLabel is not the last command")
 
     def check_propagate(self, c: int, command: Command) -> None:
         comp = self.component(c, command.arg1)
@@ -507,7 +502,7 @@ class _IndexChecker:
         if (self.sub_cols_array[s] != self.sub_cols[a1]).any():
             raise self.error(c, f"indexes_multi[{k}]: submatrix of mismatching dimension")
         # Duplicate destinations would need atomic adds in the CUDA kernels.
-        if command.command_type in (T.ADD_TO_ROWS_MULTI, T.COPY_TO_ROWS_MULTI):
+        if COMMAND_SPECS[command.command_type].writes_multi_rows():
             key = s * (int(self.sub_rows_array.max()) + 1) + r
             if len(unique_ints(key)) != len(key):
                 raise self.error(c, f"indexes_multi[{k}]: duplicate (submatrix, row) element "
@@ -530,3 +525,24 @@ class _IndexChecker:
         if not ok.all():
             i = int(np.flatnonzero(~ok)[0])
             raise self.error(c, f"row range {first[i]},{end[i]} is invalid in AddRowRanges")
+
+
+# The checks of an index table (by the table a command's spec names) and
+# those particular to a command type (after the whole-matrix and index
+# checks); the no-ops and allocation need none.
+_INDEX_CHECKS = {IndexTable.INDEXES: IndexChecker.check_rows,
+                 IndexTable.INDEXES_MULTI: IndexChecker.check_multi,
+                 IndexTable.INDEXES_RANGES: IndexChecker.check_row_ranges}
+_TYPE_CHECKS = {
+    T.SET_CONST: IndexChecker.check_set_const,
+    T.SWAP_MATRIX: IndexChecker.check_swap,
+    T.PROPAGATE: IndexChecker.check_propagate,
+    T.BACKPROP: IndexChecker.check_backprop,
+    T.BACKPROP_NO_MODEL_UPDATE: IndexChecker.check_backprop,
+    T.MATRIX_COPY: IndexChecker.check_copy_add,
+    T.MATRIX_ADD: IndexChecker.check_copy_add,
+    T.COMPRESS_MATRIX: IndexChecker.check_compress,
+    T.ACCEPT_INPUT: IndexChecker.check_io,
+    T.PROVIDE_OUTPUT: IndexChecker.check_io,
+    T.GOTO_LABEL: IndexChecker.check_goto,
+}

@@ -15,12 +15,16 @@ only every few frames.
 from __future__ import annotations
 
 import copy
+import time
 from typing import TYPE_CHECKING
 
+from ..compile.compiler import Compiler, CompilerOptions
+from ..compile.computation import CommandType
 from ..compile.request import ComputationRequest, IoSpecification
 from ..errors import PynnetError
 from ..log import log, vlog
 from ..nnet.index import Index
+from .pipeline import max_output_time_in_request, optimize
 
 if TYPE_CHECKING:
     from ..compile.computation import NnetComputation
@@ -166,9 +170,6 @@ def _compile_looped_internal(nnet: "Nnet", optimize_opts: "OptimizeOptions",
                              request1: ComputationRequest, request2: ComputationRequest,
                              request3: ComputationRequest,
                              num_requests: int) -> "NnetComputation":
-    from ..compile.compiler import Compiler, CompilerOptions
-    from . import max_output_time_in_request, optimize
-
     if num_requests < 3:
         raise PynnetError("looped compilation needs at least 3 requests")
     requests = [request1, request2, request3]
@@ -192,10 +193,6 @@ def compile_looped(nnet: "Nnet", optimize_opts: "OptimizeOptions",
     """Kaldi's CompileLooped: a computation that takes chunk after chunk for
     ever (it ends in a GotoLabel).  Tries 5, 10, 20, ... chunks until the
     looped optimization finds a repeat."""
-    import time
-
-    from ..compile.computation import CommandType
-
     start = time.perf_counter()
     num_requests, factor, max_requests = 5, 2, 100
     while num_requests <= max_requests:

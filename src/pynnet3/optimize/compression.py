@@ -24,7 +24,9 @@ import numpy as np
 
 from ..compile.computation import Command, CommandType, CompressedMatrixType, NnetComputation
 from .. import log
-from .analyze import AccessType, Analyzer, MatrixAccessesList, get_max_memory_use
+from .accesses import MatrixAccessesList
+from .analysis import Analyzer, get_max_memory_use
+from .variables import AccessType
 from .renumber import insert_commands, whole_submatrices
 
 __all__ = ["optimize_memory_compression", "MemoryCompressionOptimizer"]

@@ -31,7 +31,7 @@ from ..compile.computation import Command, CommandType, NnetComputation, SubMatr
 from ..compile.n_stride import CindexList, cindex_array
 from ..errors import PynnetError
 from ..nnet.components.base import Prop
-from .analyze import Analyzer
+from .analysis import Analyzer
 from .options import INT32_MAX, INT32_MIN
 from .renumber import (matrix_is_unused, remove_commands_for_unused_matrix, remove_no_ops,
                        renumber_computation)

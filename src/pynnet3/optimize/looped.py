@@ -1,6 +1,5 @@
 """Turn a multi-segment computation into an endless loop (Kaldi's
-ComputationLoopedOptimizer, OptimizeLoopedComputation and FixGotoLabel,
-nnet-optimize-utils).
+ComputationLoopedOptimizer and OptimizeLoopedComputation, nnet-optimize-utils).
 
 Online ('looped') decoding compiles several successive chunk requests that
 differ only by a time shift into one computation with one segment per
@@ -17,8 +16,9 @@ into every segment after its input commands.  Matrices are compared through
 their debug info (cindexes with t made relative to the first row's, plus
 whether the matrix is a derivative).
 
-:func:`compile_looped` (nnet-compile-looped) lives in
-:mod:`.compile_looped` and is re-exported here.
+The passes that move commands afterwards re-point the final GotoLabel with
+FixGotoLabel (:func:`.renumber.fix_goto_label`); :func:`compile_looped`
+(nnet-compile-looped), which runs this pass, is in :mod:`.compile_looped`.
 """
 from __future__ import annotations
 
@@ -31,12 +31,10 @@ from ..compile.n_stride import cindex_array
 from ..errors import PynnetError
 from ..log import vlog
 from ..nnet.index import K_NO_TIME
-from .analyze import Analyzer, ComputationAnalysis, get_commands_of_type
+from .analysis import Analyzer, ComputationAnalysis, get_commands_of_type
+from .renumber import fix_goto_label, renumber_computation
 
-__all__ = ["optimize_looped_computation", "fix_goto_label", "ComputationLoopedOptimizer",
-           "compile_looped", "create_looped_computation_request",
-           "create_looped_computation_request_simple", "add_time_offset_to_computation_request",
-           "get_chunk_size", "modify_nnet_ivector_period"]
+__all__ = ["optimize_looped_computation", "ComputationLoopedOptimizer"]
 
 T = CommandType
 Pair = tuple[int, int]   # (unique id of the time-normalised debug info, time offset)
@@ -73,8 +71,6 @@ class ComputationLoopedOptimizer:
                                        time_shift_per_segment * (seg2 - seg1))
         self.form_infinite_loop(splice_points[seg1], splice_points[seg2], comp)
         self.add_matrix_swap_commands(matrices1, matrices2, comp)
-        from .renumber import renumber_computation
-
         renumber_computation(comp)
         fix_goto_label(comp)
         return True
@@ -286,30 +282,3 @@ def optimize_looped_computation(nnet: Any, computation: NnetComputation) -> bool
     Returns whether the loop was formed; if not, the computation is
     unchanged and should be recompiled with more segments."""
     return ComputationLoopedOptimizer(nnet, computation).optimize()
-
-
-def fix_goto_label(computation: NnetComputation) -> None:
-    """Kaldi's FixGotoLabel: point the final GotoLabel (possibly followed by
-    ProvideOutput commands) at the NoOperationLabel again, after passes
-    that moved commands."""
-    commands = computation.commands
-    for c in range(len(commands) - 1, -1, -1):
-        t = commands[c].command_type
-        if t is T.GOTO_LABEL:
-            dest = commands[c].arg1
-            if 0 <= dest < len(commands) and \
-                    commands[dest].command_type is T.NO_OPERATION_LABEL:
-                return
-            for d in range(len(commands) - 1):
-                if commands[d].command_type is T.NO_OPERATION_LABEL:
-                    commands[c] = commands[c].with_args(arg1=d)
-                    return
-            raise PynnetError("Label not found.")
-        if t is not T.PROVIDE_OUTPUT:
-            return   # no goto: it would be last, or followed only by outputs
-
-
-from .compile_looped import (add_time_offset_to_computation_request,  # noqa: E402
-                             compile_looped, create_looped_computation_request,
-                             create_looped_computation_request_simple, get_chunk_size,
-                             modify_nnet_ivector_period)

@@ -22,9 +22,12 @@ from typing import Any
 
 import numpy as np
 
+from ..compile.compiler import consolidate_io_operations as compiler_consolidate_io_operations
 from ..compile.computation import Command, CommandType, NnetComputation, StrideType
 from ..errors import ComputationCheckError
-from .analyze import _W, AccessType, Analyzer, ComputationAnalysis, MatrixAccessesList
+from .accesses import MatrixAccessesList
+from .analysis import Analyzer, ComputationAnalysis
+from .variables import _W, AccessType
 from .arrays import rows_with_type, type_mask
 from .renumber import fix_goto_label_if_any, remove_no_ops
 
@@ -233,6 +236,4 @@ def consolidate_io_operations(nnet: Any, computation: NnetComputation) -> None:
     """Kaldi's ConsolidateIoOperations: within each segment (between
     NoOperationMarker commands) AcceptInput commands first, ProvideOutput
     commands last, the rest in order.  The compiler runs the same function."""
-    from ..compile.compiler import consolidate_io_operations as consolidate
-
-    consolidate(computation)
+    compiler_consolidate_io_operations(computation)

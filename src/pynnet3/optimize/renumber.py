@@ -1,7 +1,7 @@
 """Renumbering and small editing utilities the optimization passes share
 (Kaldi's ComputationRenumberer, RenumberComputation, RemoveNoOps,
 IdentifySubmatrixArgs & co., MatrixIsUnused, RemoveCommandsForUnusedMatrix,
-InsertCommands; nnet-optimize-utils).
+InsertCommands, FixGotoLabel; nnet-optimize-utils).
 
 Passes rewrite a computation by pointing commands at new or different
 submatrices and by turning commands into no-ops; they leave behind
@@ -19,9 +19,9 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from ..compile.computation import ARG_ROLES, Command, CommandType, NnetComputation, Role
-from ..errors import ComputationCheckError
-from .analyze import Analyzer
+from ..compile.computation import COMMAND_SPECS, Command, CommandType, IndexTable, NnetComputation
+from ..errors import ComputationCheckError, PynnetError
+from .analysis import Analyzer
 from .arrays import ComputationArrays, computation_and_arrays, rows_with_type, type_mask
 
 __all__ = ["renumber_computation", "remove_no_ops", "identify_submatrix_args",
@@ -34,24 +34,24 @@ _T_PROPAGATE = int(T.PROPAGATE)
 _T_BACKPROP = int(T.BACKPROP)
 _T_BACKPROP_NO_MODEL_UPDATE = int(T.BACKPROP_NO_MODEL_UPDATE)
 
-_SUBMATRIX_ROLES = frozenset({Role.SUBMATRIX_READ, Role.SUBMATRIX_WRITE, Role.SUBMATRIX_RW,
-                              Role.SUBMATRIX_ALLOC, Role.SUBMATRIX_MAYBE_READ,
-                              Role.SUBMATRIX_MAYBE_RW})
-
 # Per command type, the 0-based positions (in Command.args) of the
 # arguments that are submatrix indexes.  Kaldi lists these by hand in
-# IdentifySubmatrixArgs; here they come from the ARG_ROLES table (which also
-# covers the compression commands Kaldi's list leaves out).
+# IdentifySubmatrixArgs; here they come from the command specs (which also
+# cover the compression commands Kaldi's list leaves out).
 _SUBMATRIX_POSITIONS: dict[CommandType, tuple[int, ...]] = {
-    t: tuple(i for i, role in enumerate(roles) if role in _SUBMATRIX_ROLES)
-    for t, roles in ARG_ROLES.items()}
+    t: tuple(pos - 1 for pos in spec.submatrix_args()) for t, spec in COMMAND_SPECS.items()}
 _ARG_NAMES = ("arg1", "arg2", "arg3", "arg4", "arg5", "arg6", "arg7")
 
-# Where the index-table arguments are (0-based positions).
-_INDEXES_POSITION = {T.COPY_ROWS: 2, T.ADD_ROWS: 2}
-_INDEXES_MULTI_POSITION = {T.ADD_ROWS_MULTI: 1, T.ADD_TO_ROWS_MULTI: 1, T.COPY_ROWS_MULTI: 1,
-                           T.COPY_TO_ROWS_MULTI: 1}
-_INDEXES_RANGES_POSITION = {T.ADD_ROW_RANGES: 2}
+
+def _index_positions(table: IndexTable) -> dict[CommandType, int]:
+    """Where the argument into ``table`` is (0-based), per command type using it."""
+    return {t: spec.index_arg - 1 for t, spec in COMMAND_SPECS.items()
+            if spec.index_table is table}
+
+
+_INDEXES_POSITION = _index_positions(IndexTable.INDEXES)
+_INDEXES_MULTI_POSITION = _index_positions(IndexTable.INDEXES_MULTI)
+_INDEXES_RANGES_POSITION = _index_positions(IndexTable.INDEXES_RANGES)
 
 
 # ---------------------------------------------------------------------------
@@ -517,15 +517,28 @@ def insert_commands(new_commands: Sequence[tuple[int, Command]],
 
 
 def fix_goto_label_if_any(computation: NnetComputation) -> None:
-    """Kaldi's FixGotoLabel where a computation has a GotoLabel.  That pass
-    belongs to the looped-computation optimizer (optimize/looped.py), the
-    only pass that creates GotoLabel commands, so without that module there
-    is nothing to fix."""
-    if not any(c.command_type is T.GOTO_LABEL for c in computation.commands):
-        return
-    try:
-        from .looped import fix_goto_label
-    except ImportError as e:
-        raise ComputationCheckError("computation has a GotoLabel command but "
-                                    "pynnet3.optimize.looped (fix_goto_label) is missing") from e
-    fix_goto_label(computation)
+    """Kaldi's FixGotoLabel where a computation has a GotoLabel (only a
+    looped computation has one)."""
+    if any(c.command_type is T.GOTO_LABEL for c in computation.commands):
+        fix_goto_label(computation)
+
+
+def fix_goto_label(computation: NnetComputation) -> None:
+    """Kaldi's FixGotoLabel: point the final GotoLabel (possibly followed by
+    ProvideOutput commands) at the NoOperationLabel again, after passes
+    that moved commands."""
+    commands = computation.commands
+    for c in range(len(commands) - 1, -1, -1):
+        t = commands[c].command_type
+        if t is T.GOTO_LABEL:
+            dest = commands[c].arg1
+            if 0 <= dest < len(commands) and \
+                    commands[dest].command_type is T.NO_OPERATION_LABEL:
+                return
+            for d in range(len(commands) - 1):
+                if commands[d].command_type is T.NO_OPERATION_LABEL:
+                    commands[c] = commands[c].with_args(arg1=d)
+                    return
+            raise PynnetError("Label not found.")
+        if t is not T.PROVIDE_OUTPUT:
+            return   # no goto: it would be last, or followed only by outputs

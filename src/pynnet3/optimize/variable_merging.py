@@ -36,7 +36,7 @@ merges anything.
 The rounds work on the array form of the computation
 (:class:`~.arrays.ComputationArrays`), analysed directly from the arrays:
 per submatrix and per matrix the few access facts the conditions ask about
-are computed once per round (analyze_jit.py), so that each question is a
+are computed once per round (analysis.access_summary_arrays), so that each question is a
 list look-up.  The conditions themselves are evaluated for all candidate
 commands at once at the start of the round; walking the candidates in
 order, each allowed one merges unless an earlier merge of the round made
@@ -58,10 +58,10 @@ from ..errors import ComputationCheckError
 from ..log import vlog
 from ..nnet.components.base import Prop
 from ..nnet.properties_cache import component_properties_cached, nnet_component_properties
-from .analyze import Analyzer, ComputationVariables
-from .analyze_jit import access_summary_arrays
-from .analyze_records import (_BadArgument, _matrix_lifetimes, access_records_from_table,
-                              properties_array)
+from .accesses import (_BadArgument, _matrix_lifetimes, access_records_from_table,
+                       properties_array)
+from .analysis import Analyzer, access_summary_arrays
+from .variables import ComputationVariables
 from .arrays import ComputationArrays, computation_and_arrays
 from .renumber import renumber_arrays
 

@@ -1,5 +1,6 @@
 """Does optimization change what a computation computes?  (Kaldi's
-nnet-optimize-test as a library.)
+nnet-optimize-test as a library: it runs computations, so it sits above
+the executor.)
 
 :func:`compare_optimized` compiles a request unoptimized and optimized, runs
 both with the executor on the same random inputs (and random output
@@ -20,10 +21,16 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..compile.compiler import Compiler, CompilerOptions
 from ..compile.computation import NnetComputation
 from ..compile.request import ComputationRequest
+from ..compile.shortcut import compile_via_shortcut
 from ..errors import PynnetError
-from .options import INT32_MAX, INT32_MIN, OptimizeOptions
+from ..nnet.components.base import set_random_seed
+from ..nnet.utils import scale_nnet
+from ..optimize import optimize
+from ..optimize.options import INT32_MAX, INT32_MIN, OptimizeOptions
+from .computer import NnetComputeOptions, NnetComputer
 
 __all__ = ["RunResult", "ComparisonResult", "BreakingReport", "run_computation",
            "compare_optimized", "find_breaking_optimization", "compile_optimized",
@@ -131,8 +138,6 @@ def _gradient_arrays(nnet: Any) -> dict[tuple[str, str], np.ndarray]:
 def _gradient_network(nnet: Any) -> Any:
     """A copy of ``nnet`` with parameters zeroed, set up to accumulate
     gradients (Kaldi's ScaleNnet(0) + SetNnetAsGradient)."""
-    from ..nnet.utils import scale_nnet
-
     ans = copy.deepcopy(nnet)
     scale_nnet(0.0, ans)
     for _, comp in ans.updatable_components():
@@ -145,9 +150,6 @@ def run_computation(nnet: Any, computation: NnetComputation, request: Computatio
                     seed: int = 0, backend: str = "reference") -> RunResult:
     """Run ``computation`` forward (and backward when ``output_derivs`` is
     not empty) on a private copy of ``nnet``, as Kaldi's test does."""
-    from ..compute.computer import NnetComputeOptions, NnetComputer
-    from ..nnet.components.base import set_random_seed
-
     nnet_copy = copy.deepcopy(nnet)          # backprop may change the network
     to_update = _gradient_network(nnet) if computation.need_model_derivative else None
     # Statistics (StoreStats) go to the gradient network when there is one,
@@ -183,16 +185,11 @@ def compile_optimized(nnet: Any, request: ComputationRequest,
                       use_shortcut: bool = False) -> NnetComputation:
     """Compile and optimize ``request`` (through the shortcut when asked and
     possible, as Kaldi's CachingOptimizingCompiler does)."""
-    from ..compile.compiler import Compiler, CompilerOptions
-    from . import optimize
-
     def compile_no_shortcut(r: ComputationRequest) -> NnetComputation:
         comp = Compiler([r], nnet).create_computation(CompilerOptions())
         return optimize(options, nnet, r, comp, after_each_pass)
 
     if use_shortcut:
-        from ..compile.shortcut import compile_via_shortcut
-
         ans = compile_via_shortcut(compile_no_shortcut, nnet, request)
         if ans is not None:
             return ans
@@ -220,7 +217,6 @@ def compare_optimized(nnet: Any, request: ComputationRequest,
     default Kaldi's defaults), run both, compare.  Errors raised while
     optimizing, checking (``after_each_pass``) or running the optimized
     computation count as a failure with their message."""
-    from ..compile.compiler import Compiler, CompilerOptions
 
     gradient_rel_tol = rel_tol if gradient_rel_tol is None else gradient_rel_tol
     if unoptimized is None:
@@ -263,7 +259,6 @@ def find_breaking_optimization(nnet: Any, request: ComputationRequest,
     that fails, retry with each switch of :data:`DISABLE_SWITCHES` (or those
     named in ``switches``; 'use_shortcut' too when ``use_shortcut``) turned
     off, and report which retries succeed."""
-    from ..compile.compiler import Compiler, CompilerOptions
 
     options = options if options is not None else OptimizeOptions()
     unoptimized = Compiler([request], nnet).create_computation(CompilerOptions())

@@ -1,27 +1,125 @@
-"""How each command accesses the computation's submatrices, as arrays (the
-core of Kaldi's ComputeCommandAttributes and ComputeMatrixAccesses, kept
-beside analyze.py for size; use it through :mod:`.analyze`).
+"""What each command reads and writes, and every variable's and matrix's
+accesses in command order: Kaldi's CommandAttributes (ComputeCommandAttributes),
+VariableAccesses (ComputeVariableAccesses) and MatrixAccesses
+(ComputeMatrixAccesses), from nnet-analyze.
 
 Commands are handled per command type on the command table (one int array
 of every command's type and arguments), so a computation of thousands of
 commands is turned into (command, submatrix, access) records by a few
-dozen array operations.  Where that finds an argument out of range, the
-command-by-command loop runs instead, to name the first bad command.
+dozen array operations; which argument is read or written comes from the
+command specs of :mod:`pynnet3.compile.computation`.  Where that finds an
+argument out of range, the command-by-command loop runs instead, to name
+the first bad command.  Expanding the records to variables, merging
+duplicates and regrouping by variable or by matrix are array operations too,
+and the per-command and per-matrix records are made only for the commands
+and matrices a pass asks about.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Sequence
+from dataclasses import dataclass, field
+from itertools import repeat
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-from ..compile.computation import ARG_ROLES, CommandType, NnetComputation, Role
+from ..compile.computation import (COMMAND_SPECS, ArgAccess, CommandType, IndexTable,
+                                   NnetComputation)
 from ..errors import ComputationCheckError
 from ..nnet.components.base import Prop
 from ..nnet.properties_cache import nnet_component_properties
 from .arrays import rows_with_type, type_mask, unique_ints
-from .analyze import (_R, _RW, _W, CommandAttributes, ComputationVariables, MatrixAccesses,
-                      _merge_records, command_error)
+from .variables import _R, _RW, _W, AccessType, ComputationVariables
+
+__all__ = ["Access", "CommandAttributes", "MatrixAccesses", "CommandAttributesList",
+           "MatrixAccessesList", "VariableAccessTable", "compute_command_attributes",
+           "compute_variable_accesses", "compute_matrix_accesses", "command_text",
+           "command_error", "access_records_from_table", "properties_array"]
+
+_ACCESS_TYPES = (AccessType.READ, AccessType.WRITE, AccessType.READ_WRITE)
+_TUPLE_NEW = tuple.__new__
+
+
+class Access(NamedTuple):
+    """One command's access to a variable or matrix."""
+
+    command_index: int
+    access_type: AccessType
+
+
+@dataclass(slots=True)
+class CommandAttributes:
+    """What one command reads and writes.  Every list is sorted and unique.
+
+    A variable (or matrix) both read and written appears in both lists; an
+    operation that adds to its output, or writes only some of the rows,
+    counts as reading the old contents too.
+    """
+
+    variables_read: list[int] = field(default_factory=list)
+    variables_written: list[int] = field(default_factory=list)
+    submatrices_read: list[int] = field(default_factory=list)
+    submatrices_written: list[int] = field(default_factory=list)
+    matrices_read: list[int] = field(default_factory=list)
+    matrices_written: list[int] = field(default_factory=list)
+    # True for commands that change the model (Backprop of an updatable
+    # component), which an optimizer must never drop.
+    has_side_effects: bool = False
+
+
+@dataclass(slots=True)
+class MatrixAccesses:
+    """Lifetime and accesses of one matrix.
+
+    ``allocate_command`` is the AllocMatrix, SwapMatrix (as destination) or
+    first AcceptInput command, -1 if none; ``deallocate_command`` the
+    DeallocMatrix or SwapMatrix (as source) command, -1 if none.  Allocation,
+    deallocation and swapping are not accesses; AcceptInput is a write.
+    """
+
+    allocate_command: int = -1
+    deallocate_command: int = -1
+    accesses: list[Access] = field(default_factory=list)
+    is_input: bool = False
+    is_output: bool = False
+
+
+def command_text(computation: NnetComputation, nnet: Any, command_index: int) -> str:
+    """The command as the computation printer shows it, or its raw fields when
+    its arguments are too broken to print."""
+    try:
+        return computation.command_string(command_index, nnet.component_names,
+                                          nnet.node_names).rstrip("\n")
+    except (IndexError, KeyError, ValueError, TypeError, AttributeError):
+        return f"c{command_index}: {computation.commands[command_index]!r}"
+
+
+def command_error(computation: NnetComputation, nnet: Any, command_index: int,
+                  message: str) -> ComputationCheckError:
+    return ComputationCheckError(message, command_index,
+                                 command_text(computation, nnet, command_index))
+
+
+# ---------------------------------------------------------------------------
+# Command attributes
+# ---------------------------------------------------------------------------
+
+def _merge_records(cmd: np.ndarray, item: np.ndarray, flag: np.ndarray,
+                   num_items: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sort (command, item, flag) records by command then item, merging
+    duplicates by OR-ing their flags."""
+    if len(cmd) == 0:
+        return cmd, item, flag
+    base = max(num_items, int(item.max()) + 1, 1)
+    # (The flag, 1..3, rides in the low two bits of the sort key.)
+    key = np.sort((cmd * base + item) * 4 + flag)
+    merged = key & 3
+    key >>= 2
+    starts = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))
+    merged = np.bitwise_or.reduceat(merged, starts)
+    key = key[starts]
+    cmd = key // base
+    return cmd, key - cmd * base, merged
+
 
 _P_BACKPROP_ADDS = int(Prop.BACKPROP_ADDS)
 _P_PROPAGATE_ADDS = int(Prop.PROPAGATE_ADDS)
@@ -32,45 +130,38 @@ _P_UPDATABLE = int(Prop.UPDATABLE)
 # Command attributes
 # ---------------------------------------------------------------------------
 
-_ROLE_FLAG = {Role.SUBMATRIX_READ: _R, Role.SUBMATRIX_MAYBE_READ: _R,
-              Role.SUBMATRIX_WRITE: _W, Role.SUBMATRIX_RW: _RW, Role.SUBMATRIX_MAYBE_RW: _RW}
+_ACCESS_FLAG = {ArgAccess.READ: _R, ArgAccess.WRITE: _W, ArgAccess.READ_WRITE: _RW}
 
-# Where Kaldi's analysis is finer than the shape ARG_ROLES gives (keys:
-# command type, 1-based argument).  Values: a fixed flag, None (no access:
-# alloc/swap leave contents undefined), or the name of a rule below.
-_ACCESS_OVERRIDES: dict[tuple[CommandType, int], int | str | None] = {
-    (CommandType.SWAP_MATRIX, 1): None,
-    (CommandType.SWAP_MATRIX, 2): None,
-    (CommandType.PROPAGATE, 4): "propagate-output",           # W, or RW if it adds
-    (CommandType.BACKPROP, 6): "backprop-in-deriv",           # W, or RW if it adds
-    (CommandType.BACKPROP_NO_MODEL_UPDATE, 6): "backprop-in-deriv",
-    (CommandType.COPY_ROWS, 1): "copy-rows-dest",             # W, or RW if any -1
-    (CommandType.COPY_ROWS_MULTI, 1): _W,                     # rows without source get zero
-    (CommandType.DECOMPRESS_MATRIX, 1): _W,
-}
 
-# Access to the submatrices listed in an indexes_multi table.
-_MULTI_FLAG = {CommandType.ADD_ROWS_MULTI: _R, CommandType.COPY_ROWS_MULTI: _R,
-               CommandType.ADD_TO_ROWS_MULTI: _RW, CommandType.COPY_TO_ROWS_MULTI: _RW}
+def _rule(t: CommandType, access: ArgAccess) -> str:
+    """The rule that decides an access the command spec leaves to the data:
+    W, or RW when the component adds / when some row has no source."""
+    if access is ArgAccess.COMPONENT_OUTPUT:
+        return "propagate-output" if t is CommandType.PROPAGATE else "backprop-in-deriv"
+    if access is ArgAccess.INDEXED_ROWS:
+        return "copy-rows-dest"
+    raise ImportError(f"no access rule for {access} of {t.name}")
 
 
 def _build_plans() -> dict[CommandType, list[tuple[int, int | str]]]:
-    """Per command type: (0-based argument, flag or rule) of each access."""
+    """Per command type: (0-based argument, flag or rule) of each access,
+    from the command specs."""
     plans: dict[CommandType, list[tuple[int, int | str]]] = {}
-    for t, roles in ARG_ROLES.items():
+    for t, spec in COMMAND_SPECS.items():
         plan: list[tuple[int, int | str]] = []
-        for i, role in enumerate(roles):
-            how: int | str | None
-            if (t, i + 1) in _ACCESS_OVERRIDES:
-                how = _ACCESS_OVERRIDES[(t, i + 1)]
-            elif role is Role.INDEXES_MULTI:
-                how = "multi"
-            else:
-                how = _ROLE_FLAG.get(role)
-            if how is not None:
-                plan.append((i, how))
+        for i, access in enumerate(spec.access):
+            if access is ArgAccess.NONE:
+                continue
+            plan.append((i, _ACCESS_FLAG.get(access) or _rule(t, access)))
+        if spec.index_table is IndexTable.INDEXES_MULTI:
+            plan.append((spec.index_arg - 1, "multi"))
         plans[t] = plan
     return plans
+
+
+# Access to the submatrices listed in an indexes_multi table.
+_MULTI_FLAG = {t: _ACCESS_FLAG[s.multi_access] for t, s in COMMAND_SPECS.items()
+               if s.index_table is IndexTable.INDEXES_MULTI}
 
 
 _PLANS = _build_plans()
@@ -182,7 +273,7 @@ def _build_flag_tables() -> tuple[np.ndarray, dict[str, tuple[np.ndarray, int]]]
 
 _FLAGS, _RULES = _build_flag_tables()
 if set(_RULES) != {"propagate-output", "backprop-in-deriv", "copy-rows-dest", "multi"}:
-    raise ImportError("analyze_records: unexpected access rules")
+    raise ImportError("accesses: unexpected access rules")
 _MULTI_TYPE_FLAG = np.zeros(_NUM_TYPES, dtype=np.int64)
 for _t, _f in _MULTI_FLAG.items():
     _MULTI_TYPE_FLAG[int(_t)] = _f
@@ -544,3 +635,190 @@ def _matrix_lifetimes_loop(nnet: Any, computation: NnetComputation,
             ans[m].is_output = True
 
 
+def compute_command_attributes(nnet: Any, computation: NnetComputation,
+                               variables: ComputationVariables,
+                               _arrays: dict[str, _AccessArrays] | None = None
+                               ) -> CommandAttributesList:
+    """Kaldi's ComputeCommandAttributes: one CommandAttributes per command
+    (a lazily built sequence; see :class:`CommandAttributesList`).
+
+    ``nnet`` supplies component properties (Propagate may add to its output,
+    Backprop may add to the input derivative, updatable Backprop has side
+    effects).  ``_arrays``, if given, receives the merged access arrays the
+    Analyzer reuses.
+    """
+    var, subm, mat, side_effects = _command_access_arrays(nnet, computation, variables)
+    if _arrays is not None:
+        _arrays.update(variables=var, matrices=mat)
+    return CommandAttributesList(len(computation.commands), (var, subm, mat), side_effects)
+
+
+# ---------------------------------------------------------------------------
+# Per-variable and per-matrix accesses
+# ---------------------------------------------------------------------------
+
+class VariableAccessTable:
+    """Accesses of every variable, sorted by command, one per command.
+
+    Stored as arrays in compressed-row form (``offsets``, ``commands``,
+    ``types``); ``table[v]`` gives variable v's accesses as a list of
+    :class:`Access` (built on first use and cached), so it reads like
+    Kaldi's ``std::vector<std::vector<Access>>``.
+    """
+
+    def __init__(self, num_variables: int, var: np.ndarray, cmd: np.ndarray,
+                 flag: np.ndarray) -> None:
+        # Sorted by variable then command, several accesses of one command
+        # to one variable merged (the input may be in any order).
+        var_sorted, self.commands, flag = _merge_records(var, cmd, flag,
+                                                         int(cmd.max()) + 1 if len(cmd) else 1)
+        self.types = flag - 1  # AccessType values
+        self.offsets = np.searchsorted(var_sorted, np.arange(num_variables + 1))
+        self._cache: list[list[Access] | None] = [None] * num_variables
+        self._commands_list: list[int] | None = None
+        self._types_list: list[int] | None = None
+        self._offsets_list: list[int] | None = None
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    def __getitem__(self, v: int) -> list[Access]:
+        acc = self._cache[v]
+        if acc is None:
+            if self._commands_list is None:
+                self._commands_list = self.commands.tolist()
+                self._types_list = self.types.tolist()
+                self._offsets_list = self.offsets.tolist()
+            lo, hi = self._offsets_list[v], self._offsets_list[v + 1]
+            acc = list(map(_TUPLE_NEW, repeat(Access), zip(
+                self._commands_list[lo:hi],
+                map(_ACCESS_TYPES.__getitem__, self._types_list[lo:hi]))))
+            self._cache[v] = acc
+        return acc
+
+    def __iter__(self):
+        for v in range(len(self)):
+            yield self[v]
+
+    def num_accesses(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+
+def compute_variable_accesses(variables: ComputationVariables,
+                              command_attributes: Sequence[CommandAttributes]
+                              ) -> VariableAccessTable:
+    """Kaldi's ComputeVariableAccesses, from the command attributes."""
+    cmds, vars_, flags = [], [], []
+    for c, attr in enumerate(command_attributes):
+        r, w = attr.variables_read, attr.variables_written
+        if not r and not w:
+            continue
+        both = r + w
+        cmds.append(np.full(len(both), c, dtype=np.int64))
+        vars_.append(np.array(both, dtype=np.int64))
+        flags.append(np.concatenate([np.full(len(r), _R), np.full(len(w), _W)]).astype(np.int64))
+    if not cmds:
+        e = np.zeros(0, dtype=np.int64)
+        return VariableAccessTable(variables.num_variables, e, e, e)
+    cmd, var, flag = _merge_records(np.concatenate(cmds), np.concatenate(vars_),
+                                    np.concatenate(flags), variables.num_variables)
+    return VariableAccessTable(variables.num_variables, var, cmd, flag)
+
+
+def compute_matrix_accesses(nnet: Any, computation: NnetComputation,
+                            variables: ComputationVariables,
+                            command_attributes: Sequence[CommandAttributes],
+                            _matrix_arrays: _AccessArrays | None = None,
+                            _table: np.ndarray | None = None) -> Sequence[MatrixAccesses]:
+    """Kaldi's ComputeMatrixAccesses: accesses, allocation, deallocation and
+    input/output status of every matrix (index 0 included, unused)."""
+    num_matrices = len(computation.matrices)
+    if _matrix_arrays is None:
+        cmds, mats, flags = [], [], []
+        for c, attr in enumerate(command_attributes):
+            for m in attr.matrices_read:
+                cmds.append(c), mats.append(m), flags.append(_R)
+            for m in attr.matrices_written:
+                cmds.append(c), mats.append(m), flags.append(_W)
+        _matrix_arrays = _AccessArrays(*_merge_records(
+            np.array(cmds, dtype=np.int64), np.array(mats, dtype=np.int64),
+            np.array(flags, dtype=np.int64), num_matrices))
+    a = _matrix_arrays
+    # Sorted by matrix, then command, one access per command (merged).
+    mats, cmds, flags = _merge_records(a.item, a.cmd, a.flag,
+                                       int(a.cmd.max()) + 1 if len(a.cmd) else 1)
+    types = flags - 1
+    bounds = np.searchsorted(mats, np.arange(num_matrices + 1))
+    table = _table if _table is not None else computation.command_table()
+    lifetimes = _matrix_lifetimes(table, variables, num_matrices)
+    if lifetimes is None:
+        # Something is wrong: the loop finds the first bad command and says what.
+        every = list(map(_TUPLE_NEW, repeat(Access), zip(
+            cmds.tolist(), map(_ACCESS_TYPES.__getitem__, types.tolist()))))
+        b = bounds.tolist()
+        ans = [MatrixAccesses(accesses=every[lo:hi]) for lo, hi in zip(b[:-1], b[1:])]
+        _matrix_lifetimes_loop(nnet, computation, variables, table, ans)
+        return ans
+    return MatrixAccessesList(cmds, types, bounds, *lifetimes)
+
+
+class MatrixAccessesList(Sequence):
+    """The :class:`MatrixAccesses` of every matrix, each made on first use
+    (variable merging asks about a few matrices per round).  Compares equal
+    to a list of the same records.
+
+    The same information as arrays, for passes that look at every matrix:
+    ``access_commands`` and ``access_types`` (AccessType values) of all
+    accesses sorted by matrix then command, matrix m's being
+    ``bounds[m]:bounds[m+1]``; ``allocate``, ``deallocate``, ``is_input``,
+    ``is_output``: lists indexed by matrix.
+    """
+
+    __slots__ = ("access_commands", "access_types", "bounds", "allocate", "deallocate",
+                 "is_input", "is_output", "_lists", "_cache")
+
+    def __init__(self, commands: np.ndarray, types: np.ndarray, bounds: np.ndarray,
+                 alloc: list[int], dealloc: list[int], is_input: list[bool],
+                 is_output: list[bool]) -> None:
+        self.access_commands, self.access_types, self.bounds = commands, types, bounds
+        self.allocate, self.deallocate = alloc, dealloc
+        self.is_input, self.is_output = is_input, is_output
+        self._lists: tuple[list[int], list[int], list[int]] | None = None
+        self._cache: list[MatrixAccesses | None] = [None] * (len(bounds) - 1)
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    def __getitem__(self, m):  # type: ignore[override]
+        if isinstance(m, slice):
+            return [self[i] for i in range(*m.indices(len(self)))]
+        if m < 0:
+            m += len(self._cache)
+        ans = self._cache[m]
+        if ans is None:
+            lists = self._lists
+            if lists is None:
+                lists = self._lists = (self.access_commands.tolist(), self.access_types.tolist(),
+                                       self.bounds.tolist())
+            cmds, types, bounds = lists
+            lo, hi = bounds[m], bounds[m + 1]
+            ans = self._cache[m] = MatrixAccesses(
+                self.allocate[m], self.deallocate[m],
+                list(map(_TUPLE_NEW, repeat(Access), zip(
+                    cmds[lo:hi], map(_ACCESS_TYPES.__getitem__, types[lo:hi])))),
+                self.is_input[m], self.is_output[m])
+        return ans
+
+    def __iter__(self):
+        for m in range(len(self._cache)):
+            yield self[m]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (list, tuple, MatrixAccessesList)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"MatrixAccessesList(len={len(self)})"
