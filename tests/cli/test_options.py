@@ -121,8 +121,6 @@ def test_library_options_carry_flags(module: str, cls: str) -> None:
 def test_optimization_options_round_trip() -> None:
     """OptimizeOptions registered from its fields' metadata parses back into
     the same dataclass; Kaldi's hidden option stays hidden."""
-    from pynnet3.cli.options import optimization_options, optimize_options_from
-
     import click
     from click.testing import CliRunner
 
