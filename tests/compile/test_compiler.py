@@ -176,7 +176,7 @@ def test_random_network_against_kaldi(seed):
     import kaldiio
 
     from pynnet3.compile.request_io import read_request_file
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
 
     d = reference_dir() / "random" / seed
     nnet = read_nnet(str(d / "final.raw"))
@@ -236,7 +236,7 @@ def test_fast_input_locations_agree_with_general_path(seed):
     """The vectorised input-location code gives the same computation as
     asking the Descriptors row by row (LSTM/TDNN nets with IfDefined)."""
     from pynnet3.compile.request_io import read_request_file
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
 
     d = reference_dir() / "random" / seed
     if not d.is_dir():

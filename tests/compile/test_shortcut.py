@@ -516,7 +516,7 @@ def test_expand_reproduces_kaldi_expansion(case: Path) -> None:
     contracting it to n in {0, 1} and expanding with pynnet3 gives it back."""
     from pynnet3.testing.kaldi_print_parser import UnparseableComputation, parse_kaldi_computation
     from pynnet3.compile.request_io import parse_printed_request
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
 
     nnet = read_nnet(str(case / "final.raw"))
     text = (case / "computation.txt").read_text()

@@ -139,7 +139,7 @@ def test_random_nets_shortcut_equals_direct(case: Path) -> None:
     """Kaldi's random test networks, its request widened to 3 sequences:
     expand(compile(mini)) is compile(full), and runs to the same numbers."""
     from pynnet3.compile.request_io import parse_printed_request
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
 
     nnet = read_nnet(str(case / "final.raw"))
     request = parse_printed_request((case / "request.txt").read_text())
@@ -153,7 +153,7 @@ def test_random_nets_shortcut_equals_direct(case: Path) -> None:
 @pytest.mark.parametrize("case", _random_cases(), ids=lambda p: p.name)
 def test_random_nets_shortcut_equals_direct_5(case: Path) -> None:
     from pynnet3.compile.request_io import parse_printed_request
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
 
     nnet = read_nnet(str(case / "final.raw"))
     request = parse_printed_request((case / "request.txt").read_text())
@@ -196,7 +196,7 @@ def test_recipe_configs_shortcut_equals_direct(case: Path) -> None:
 def test_vosk_tdnnf_shortcut_equals_direct(vosk_mdl: Path) -> None:
     """The real TDNN-F chain model: a 3-sequence chain-style training request."""
     from pynnet3.compile.request_io import build_request
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
 
     nnet = read_nnet(str(vosk_mdl))
     full = build_request(nnet, num_sequences=3, frames_per_chunk=8, frame_subsampling_factor=3,
@@ -218,7 +218,7 @@ def test_shortcut_pipeline_prints_as_kaldi(case: Path) -> None:
     computation Kaldi printed (Kaldi compiled these through its shortcut)."""
     from pynnet3.compile.compiler import Compiler, CompilerOptions
     from pynnet3.compile.request_io import parse_printed_request
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
     from pynnet3.optimize import OptimizeOptions, optimize
 
     nnet = read_nnet(str(case / "final.raw"))
@@ -264,7 +264,7 @@ def test_vosk_64_sequences_sizes_match_kaldi(row: dict, vosk_mdl: Path) -> None:
     optimize -> expand: Kaldi's command, matrix and element counts."""
     from pynnet3.compile.compiler import Compiler, CompilerOptions
     from pynnet3.compile.request_io import build_request
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
     from pynnet3.optimize import OptimizeOptions, optimize
 
     nnet = read_nnet(str(vosk_mdl))

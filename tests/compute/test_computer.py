@@ -458,7 +458,7 @@ def _rel_err(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def _load_case(seed: str) -> tuple[Path, Nnet, NnetComputation]:
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
 
     d = reference_dir() / "random" / seed
     request = (d / "request.txt").read_text()
@@ -544,7 +544,7 @@ def test_truncated_debug_info_is_reported() -> None:
 def test_vosk_computation_matches_nnet3_compute(vosk_mdl: Path) -> None:
     import kaldiio
 
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
     from pynnet3.nnet.utils import set_batchnorm_test_mode, set_dropout_test_mode
 
     ref = reference_dir()
@@ -587,7 +587,7 @@ def test_vosk_backward_compression_is_lossless_here(vosk_mdl: Path) -> None:
     when only the ReLU's backprop reads them again, which loses nothing: the
     model gradient must be the same with compression emulated or skipped."""
     from pynnet3.nnet.components.base import set_random_seed
-    from pynnet3.nnet.model_io import nnet_bytes, read_nnet
+    from pynnet3.compile.model_io import nnet_bytes, read_nnet
     from pynnet3.nnet.utils import set_batchnorm_test_mode, set_dropout_test_mode
 
     ref = reference_dir()

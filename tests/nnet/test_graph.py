@@ -220,7 +220,7 @@ def _config_cases():
 
 
 def _check_context(nnet: Nnet, info: Path) -> None:
-    from pynnet3.nnet.context import compute_simple_nnet_context, is_simple_nnet
+    from pynnet3.compile.graph.context import compute_simple_nnet_context, is_simple_nnet
 
     assert is_simple_nnet(nnet)
     assert compute_simple_nnet_context(nnet) == _expected_context(info)
@@ -266,7 +266,7 @@ def test_context_of_binary_model():
 
 
 def test_context_of_simple_tdnn():
-    from pynnet3.nnet.context import compute_simple_nnet_context, is_simple_nnet
+    from pynnet3.compile.graph.context import compute_simple_nnet_context, is_simple_nnet
 
     nnet = _nnet(_TDNN)
     assert is_simple_nnet(nnet)

@@ -50,7 +50,7 @@ def _reference_or_skip():
 def _case(seed: str):
     from pynnet3.compile.compiler import Compiler, CompilerOptions
     from pynnet3.compile.request_io import read_request_file
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
 
     d = _reference_or_skip() / "random" / seed
     nnet = read_nnet(str(d / "final.raw"))

@@ -536,7 +536,7 @@ def _random_seeds() -> list[str]:
 def _case(seed: str) -> tuple[Nnet, ComputationRequest, NnetComputation]:
     from pynnet3.compile.compiler import Compiler, CompilerOptions
     from pynnet3.compile.request_io import read_request_file
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
 
     d = reference_dir() / "random" / seed
     nnet = read_nnet(str(d / "final.raw"))
@@ -713,7 +713,7 @@ def _vosk_request(nnet: Nnet, path: Path) -> ComputationRequest:
 
 @functools.lru_cache(maxsize=1)
 def _vosk_nnet(path: str) -> Nnet:
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
 
     return read_nnet(path)
 

@@ -612,7 +612,7 @@ _FAST_SEEDS = ["002", "009", "011", "016", "019", "023", "024", "029", "034", "0
 @functools.lru_cache(maxsize=None)
 def _random_case(seed: str) -> tuple[Nnet, ComputationRequest, NnetComputation]:
     from pynnet3.compile.request_io import parse_printed_request
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
 
     d = reference_dir() / "random" / seed
     nnet = read_nnet(str(d / "final.raw"))
@@ -750,7 +750,7 @@ _VOSK_LAYOUTS = {"every_t0-149": (150, 1), "stride3_t0-147_50frames": (50, 3),
 def _check_vosk_printout(vosk_mdl: Path, layout: str, deriv: int,
                          passes_that_matter: dict[str, OptimizeOptions]) -> None:
     from pynnet3.compile.request_io import build_request
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
     from pynnet3.optimize import optimize
 
     nnet = read_nnet(str(vosk_mdl))

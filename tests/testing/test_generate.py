@@ -17,7 +17,7 @@ import pytest
 from pynnet3.compile.compiler import Compiler
 from pynnet3.nnet.components.base import set_random_seed
 from pynnet3.nnet.config_line import ConfigLine
-from pynnet3.nnet.context import compute_simple_nnet_context, is_simple_nnet
+from pynnet3.compile.graph.context import compute_simple_nnet_context, is_simple_nnet
 from pynnet3.nnet.index import Index
 from pynnet3.testing.generate import (NETWORK_TYPE_NAMES, NnetGenerationOptions,
                                       compute_example_computation_request_simple,

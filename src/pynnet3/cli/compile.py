@@ -77,7 +77,7 @@ def command(num_sequences: int, frames_per_chunk: int, extra_left_context: int,
                          optimizer_available)
     from ..compile.request_io import build_request, read_request_file
     from ..io.kaldi_io import write_wxfilename
-    from ..nnet.model_io import read_nnet
+    from ..compile.model_io import read_nnet
 
     nnet = read_nnet(args[0])
     if request_file:

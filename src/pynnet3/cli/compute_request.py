@@ -58,7 +58,7 @@ def command(args: tuple[str, ...], **kw: Any) -> None:
     from ..compute.computer import NnetComputeOptions
     from ..compute.request_run import compute_request, required_input_names
     from ..errors import PynnetError
-    from ..nnet.model_io import read_nnet, write_nnet
+    from ..compile.model_io import read_nnet, write_nnet
     from ..optimize.options import options_from_click_kwargs
     from ..io.table import MATRIX_HOLDER, SequentialTableReader, TableWriter
 

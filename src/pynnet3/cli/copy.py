@@ -38,7 +38,7 @@ def command(binary: bool, learning_rate: float, nnet_config: str, edits_config: 
     check_num_args(args, (2,))
     from .. import log
     from ..nnet.edit import NnetEditOptions, edit_nnet
-    from ..nnet.model_io import read_nnet, write_nnet
+    from ..compile.model_io import read_nnet, write_nnet
 
     nnet = read_nnet(args[0])
     edit_nnet(nnet, NnetEditOptions(nnet_config=nnet_config, learning_rate=learning_rate,

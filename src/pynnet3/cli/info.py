@@ -30,15 +30,16 @@ _ZIP_MAGIC = b"PK\x03\x04"
 def command(args: tuple[str, ...]) -> None:
     check_num_args(args, (1, 2))
     from ..compile.computation import NnetComputation
+    from ..compile.graph.context import nnet_info
+    from ..compile.model_io import nnet_from_bytes
     from ..errors import UsageError
     from ..io.kaldi_io import read_rxfilename
-    from ..nnet.model_io import nnet_from_bytes
 
     data = read_rxfilename(args[-1])
     if not data.startswith(_ZIP_MAGIC):
         if len(args) == 2:
             raise UsageError(f"{args[1]} is not a computation written by nnet3-compile")
-        sys.stdout.write(nnet_from_bytes(data, args[0]).info())
+        sys.stdout.write(nnet_info(nnet_from_bytes(data, args[0])))
         sys.stdout.flush()
         return
     computation = NnetComputation.from_bytes(data, args[-1])

@@ -39,7 +39,7 @@ def command(num_segments: int, use_gpu: str, debug_computation: bool, compute_ac
     if num_segments < 1:
         raise click.UsageError("--num-segments must be at least 1")
     from ..compute.computer import NnetComputeOptions
-    from ..nnet.model_io import read_nnet
+    from ..compile.model_io import read_nnet
     from ..train.diagnostics import NnetComputeProbOptions
     from ..train.egs import iter_examples
     from ..train.show_progress import show_progress

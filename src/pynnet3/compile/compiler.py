@@ -37,8 +37,8 @@ from .compiler_descriptor import (CindexTable, compile_backward_from_step_locati
                                   compute_input_locations_lists, split_by_scale)
 from .computation import (Command, CommandType, MatrixDebugInfo, NnetComputation, make_command,
                           PrecomputedIndexesInfo, StrideType)
-from .graph import ComputationGraphBuilder
-from .graph_types import ComputationGraph
+from .graph.builder import ComputationGraphBuilder
+from .graph.computation_graph import ComputationGraph
 from .n_stride import CindexList, IndexList
 from .request import ComputationRequest
 from .steps import compute_computation_phase_arrays, compute_computation_steps_full

@@ -25,7 +25,7 @@ from .compile_utils import (PairLists, _as_split, _split_locations_backward_smal
                             has_contiguous_property,
                             split_locations, split_locations_backward)
 from .computation import Command, CommandType, NnetComputation
-from .graph_types import CindexSet, ComputationGraph
+from .graph.computation_graph import CindexSet, ComputationGraph
 from .n_stride import IndexList
 from .steps import _CindexTable as _StepsCindexTable
 

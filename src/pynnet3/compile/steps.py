@@ -46,8 +46,8 @@ from ..nnet.graph import compute_nnet_computation_epochs
 from ..nnet.index import K_NO_TIME, Index, index_columns
 from ..nnet.nnet import NodeType
 from ..nnet.properties_cache import component_properties
-from .graph_bulk import uses_default_hooks
-from .graph_types import ComputationGraph, GraphArrays
+from .graph.programs import uses_default_hooks
+from .graph.computation_graph import ComputationGraph, GraphArrays
 from .n_stride import IndexList
 from .request import ComputationRequest
 from .steps_table import _CindexTable  # noqa: F401 (compiler_descriptor.py imports it here)

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import PynnetError
 from ..nnet.index import K_NO_TIME
-from .graph_types import GraphArrays
+from .graph.computation_graph import GraphArrays
 
 _INT64 = np.int64
 

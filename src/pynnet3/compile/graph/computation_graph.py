@@ -1,7 +1,7 @@
 """Kaldi's ComputationGraph: cindexes, their ids and their dependencies.
 
 Also the membership tests (CindexSet, IndexSet) that Descriptors and
-Components use while the builder (graph.py) works out what is computable.
+Components use while the builder (:mod:`.builder`) works out what is computable.
 """
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-from ..errors import PynnetError
-from ..nnet.index import Index
+from ...errors import PynnetError
+from ...nnet.index import Index
 
 
 class ComputableInfo(enum.IntEnum):

@@ -20,38 +20,44 @@ The per-cindex state is kept in parallel Python lists and the recursive
 usable-count updates of Kaldi are done with explicit stacks (recurrent
 networks make dependency chains thousands of cindexes long).
 
-That exact algorithm costs tens of microseconds per cindex.  For a network
-without recurrence whose request leaves nothing uncomputable (the usual
-training and decoding case), the order in which Kaldi's queue creates the
-cindexes is a simple breadth-first one, and graph_bulk.py builds (and
-graph_bulk_prune.py prunes) the identical graph with NumPy, leaving it in
-the graph as arrays; compute() tries that first unless ``use_shortcuts`` is
-False.  Otherwise (recurrent networks, requests that leave something
-uncomputable) the exact algorithm itself runs compiled (graph_exact_jit.py,
-with its prune) when every node fits its tables (graph_plan.py), and in
-Python here when not.
+This module is the definition.  It costs tens of microseconds per cindex, so
+compute() first tries two declared accelerations of it, which build the
+identical graph and state (the tests compare them with this algorithm):
+
+* :mod:`.bulk` (with :mod:`.jit_bulk` and :mod:`.bulk_prune`): for a network
+  without recurrence whose request leaves nothing uncomputable (the usual
+  training and decoding case), where Kaldi's queue order is a plain
+  breadth-first one, level by level with NumPy or one Numba loop;
+* :mod:`.jit_exact`: this very algorithm, and Prune(), as one Numba loop,
+  for networks whose nodes fit the tables of :mod:`.programs` (recurrent
+  networks, requests that leave something uncomputable).
+
+Where neither applies the Python code here runs.  ``fast_paths.current().graph``
+(read when a builder is made) switches the accelerations off: then every
+Descriptor and Component is asked exactly as Kaldi asks them.
 """
 from __future__ import annotations
 
 from collections import deque
 from typing import TYPE_CHECKING, Any, Iterable
 
-from ..errors import PynnetError
-from ..nnet.components.base import Component
-from ..nnet.index import Index
-from ..nnet.graph import graph_has_cycles, nnet_to_directed_graph
-from ..nnet.nnet import NodeType
-from .graph_bulk import BulkGraph, BulkPlan, build_graph_bulk, uses_default_hooks
-from .graph_bulk_prune import prune_bulk
-from .graph_exact_jit import JitGraph, build_graph_jit
-from .graph_plan import JitPlan, analyse_descriptor, make_jit_plan
-from .graph_types import (K_COMPUTABLE, K_NOT_COMPUTABLE, K_UNKNOWN,  # noqa: F401 (re-exported)
-                          K_WILL_NOT_COMPUTE, CindexSet, ComputableInfo, ComputationGraph,
-                          IndexSet, computable_info_name, print_cindex)
-from .request import ComputationRequest
+from ... import fast_paths
+from ...errors import PynnetError
+from ...nnet.components.base import Component
+from ...nnet.index import Index
+from ...nnet.graph import graph_has_cycles, nnet_to_directed_graph
+from ...nnet.nnet import NodeType
+from .bulk import BulkGraph, BulkPlan, build_graph_bulk
+from .bulk_prune import prune_bulk
+from .jit_exact import JitGraph, build_graph_jit
+from .programs import JitPlan, analyse_descriptor, make_jit_plan, uses_default_hooks
+from .computation_graph import (K_COMPUTABLE, K_NOT_COMPUTABLE, K_UNKNOWN, K_WILL_NOT_COMPUTE,
+                                CindexSet, ComputableInfo, ComputationGraph, IndexSet,
+                                computable_info_name)
+from ..request import ComputationRequest
 
 if TYPE_CHECKING:
-    from ..nnet.nnet import Nnet
+    from ...nnet.nnet import Nnet
 
 # Node kinds as small ints, for the hot loops.
 _INPUT, _DESCRIPTOR, _COMPONENT, _DIM_RANGE = 0, 1, 2, 3
@@ -76,12 +82,12 @@ class ComputationGraphBuilder:
     (online) computations call compute() and prune() alternately.
     """
 
-    def __init__(self, nnet: "Nnet", graph: ComputationGraph | None = None,
-                 use_shortcuts: bool = True) -> None:
-        """``use_shortcuts=False`` asks every Descriptor and Component exactly
-        as Kaldi does (slower; the results are the same, which tests check)."""
+    def __init__(self, nnet: "Nnet", graph: ComputationGraph | None = None) -> None:
+        """With ``fast_paths.current().graph`` off when the builder is made, it
+        asks every Descriptor and Component exactly as Kaldi does (slower; the
+        results are the same, which tests check)."""
         self.nnet = nnet
-        self._use_shortcuts = use_shortcuts
+        self._use_shortcuts = use_shortcuts = fast_paths.current().graph
         self.graph = graph if graph is not None else ComputationGraph()
         if len(self.graph):
             raise PynnetError("ComputationGraphBuilder initialized with a nonempty graph")
@@ -96,13 +102,13 @@ class ComputationGraphBuilder:
         self.current_distance = -1
         self.current_queue: list[int] = []
         self.next_queue: list[int] = []
-        # While the vectorised path (graph_bulk.py) holds the graph, the state
+        # While the vectorised path (bulk.py) holds the graph, the state
         # above is implied: _bulk is its unpruned result, or _bulk_pruned says
         # the graph was pruned by it; _state_lists() makes the lists on demand.
         self._bulk_plan: BulkPlan | None = None
         self._bulk: BulkGraph | None = None
         self._bulk_pruned = False
-        # Likewise while the compiled exact algorithm (graph_exact_jit.py)
+        # Likewise while the compiled exact algorithm (jit_exact.py)
         # holds the unpruned graph; _jit_plan is made on first use (False:
         # the network is beyond it).
         self._jit_plan: JitPlan | None | bool = None
@@ -246,7 +252,7 @@ class ComputationGraphBuilder:
                               "(bad network topology?)")
 
     def _compute_bulk(self, request: ComputationRequest) -> bool:
-        """compute() by the vectorised path (graph_bulk.py), if it applies."""
+        """compute() by the vectorised path (bulk.py), if it applies."""
         if self._bulk_plan is None:
             self._bulk_plan = BulkPlan(self.nnet)
         bulk = build_graph_bulk(self._bulk_plan, self.nnet, request)
@@ -261,7 +267,7 @@ class ComputationGraphBuilder:
         return True
 
     def _compute_jit(self, request: ComputationRequest) -> bool:
-        """compute() by the compiled exact algorithm (graph_exact_jit.py), if it applies."""
+        """compute() by the compiled exact algorithm (jit_exact.py), if it applies."""
         if self._jit_plan is None:
             self._jit_plan = make_jit_plan(self.nnet) or False
         if self._jit_plan is False:
