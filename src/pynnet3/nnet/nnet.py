@@ -23,6 +23,7 @@ from ..io.kaldi_io import KaldiReader, KaldiWriter
 from .components.base import Component, Prop, new_component_of_type, read_component
 from .config_line import ConfigLine, is_valid_name, parse_config_lines, read_config_lines
 from .descriptor import Descriptor, parse_descriptor
+from .graph import check_no_instantaneous_cycles
 
 
 class NodeType(enum.Enum):
@@ -423,8 +424,6 @@ class Nnet:
             raise ConfigError("the network has no input-node")
         if num_outputs == 0:
             raise ConfigError("the network has no output-node")
-        from .graph import check_no_instantaneous_cycles
-
         check_no_instantaneous_cycles(self)
 
     # -- model files -------------------------------------------------------------
