@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from pynnet3 import fast_paths
 from pynnet3.compile.computation import (Command, CommandType, MatrixDebugInfo, NnetComputation,
                                          PrecomputedIndexesInfo)
 from pynnet3.compile.n_stride import (CINDEX_N_COL, INDEX_N_COL, CindexList, cindex_array,
@@ -30,6 +31,7 @@ from pynnet3.compile.shortcut import (ShortcutError, compile_via_shortcut, expan
                                       request_is_decomposable)
 from pynnet3.errors import PynnetError
 from pynnet3.nnet.index import Index
+from tests.helpers_shortcut import assert_same_computation, kaldi_expanded_cases
 
 CT = CommandType
 
@@ -280,57 +282,12 @@ def _toy_computation(N: int, T: int = 6, d: int = 3) -> NnetComputation:
     return comp
 
 
-def _same_data(a: Any, b: Any) -> bool:
-    """Equality of precomputed-index objects, whose fields may be NumPy arrays."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, np.ndarray):
-        return a.shape == b.shape and bool(np.all(a == b))
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(_same_data(x, y) for x, y in zip(a, b))
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(_same_data(a[k], b[k]) for k in a)
-    fields = getattr(a, "__dataclass_fields__", None) or (
-        a.__dict__ if hasattr(a, "__dict__") else None)
-    if fields is not None:
-        return all(_same_data(getattr(a, f), getattr(b, f)) for f in fields)
-    slots = getattr(type(a), "__slots__", None)
-    if slots:
-        return all(_same_data(getattr(a, f), getattr(b, f)) for f in slots)
-    return a == b
-
-
-def _assert_same_computation(got: NnetComputation, want: NnetComputation,
-                             check_precomputed_data: bool = True) -> None:
-    assert [(m.num_rows, m.num_cols, m.stride_type) for m in got.matrices] == \
-        [(m.num_rows, m.num_cols, m.stride_type) for m in want.matrices]
-    assert got.submatrices == want.submatrices
-    assert got.commands == want.commands
-    for name in ("indexes", "indexes_multi", "indexes_ranges"):
-        g, w = getattr(got, name), getattr(want, name)
-        assert len(g) == len(w), name
-        for k, (a, b) in enumerate(zip(g, w)):
-            assert np.array_equal(a, b), f"{name}[{k}]"
-    assert len(got.matrix_debug_info) == len(want.matrix_debug_info)
-    for m, (a, b) in enumerate(zip(got.matrix_debug_info, want.matrix_debug_info)):
-        assert a.is_deriv == b.is_deriv
-        assert np.array_equal(cindex_array(a.cindexes).reshape(-1, 4),
-                              cindex_array(b.cindexes).reshape(-1, 4)), f"debug info m{m}"
-    assert len(got.component_precomputed_indexes) == len(want.component_precomputed_indexes)
-    for a, b in zip(got.component_precomputed_indexes[1:], want.component_precomputed_indexes[1:]):
-        assert list(a.input_indexes) == list(b.input_indexes)
-        assert list(a.output_indexes) == list(b.output_indexes)
-        if check_precomputed_data:
-            assert _same_data(a.data, b.data), (a.data, b.data)
-    assert got.need_model_derivative == want.need_model_derivative
-
-
 @pytest.mark.parametrize("N", [3, 5, 8])
 def test_expand_toy_equals_direct_build(N: int) -> None:
     nnet = _ToyNnet()
     mini = _toy_computation(2)
     got = expand_computation(nnet, None, mini, True, N)
-    _assert_same_computation(got, _toy_computation(N))
+    assert_same_computation(got, _toy_computation(N))
     assert nnet.components[1].calls == [(8 * N, 6 * N, True)]
     # the printer accepts it (debug info read through the lazy list)
     text = got.print(["c0", "toy"], ["input", "splice", "rsum", "output"])
@@ -494,23 +451,7 @@ def _contract(comp: NnetComputation, N: int) -> NnetComputation:
     return out
 
 
-def _kaldi_expanded_cases() -> list[Path]:
-    """Reference seeds whose request has N > 2 sequences numbered from 0: Kaldi
-    compiled those through its shortcut, so computation.txt is an expansion."""
-    from tests.conftest import SHARED_REFERENCE
-
-    root = SHARED_REFERENCE / "random"
-    if not root.is_dir():
-        return []
-    out = []
-    for d in sorted(root.iterdir()):
-        req = d / "request.txt"
-        if req.is_file() and "indexes=[(0," in req.read_text() and "(2," in req.read_text():
-            out.append(d)
-    return out
-
-
-@pytest.mark.parametrize("case", _kaldi_expanded_cases(), ids=lambda p: p.name)
+@pytest.mark.parametrize("case", kaldi_expanded_cases(), ids=lambda p: p.name)
 def test_expand_reproduces_kaldi_expansion(case: Path) -> None:
     """Kaldi printed computation (optimized, then expanded by Kaldi's shortcut):
     contracting it to n in {0, 1} and expanding with pynnet3 gives it back."""
@@ -531,12 +472,12 @@ def test_expand_reproduces_kaldi_expansion(case: Path) -> None:
         pytest.skip(f"Kaldi's printer cut this computation: {e}")
     mini = _contract(kaldi, N)
     got = expand_computation(nnet, request.misc_info, mini, True, N)
-    _assert_same_computation(got, kaldi)
+    assert_same_computation(got, kaldi)
     names = list(nnet.component_names), list(nnet.node_names)
     assert got.print(*names) == kaldi.print(*names)
 
 
-def test_find_n_stride_small_lists_match_arrays(monkeypatch):
+def test_find_n_stride_small_lists_match_arrays():
     """find_n_stride works on Python lists for short vectors; both versions
     must agree (regular layouts, near misses and random rows)."""
     import random
@@ -559,6 +500,6 @@ def test_find_n_stride_small_lists_match_arrays(monkeypatch):
                            (CINDEX_N_COL, np.array([(rng.randint(0, 2),) + r for r in rows]))):
             answers = []
             for small in (-1, 10 ** 9):
-                monkeypatch.setattr(ns, "_SMALL_ROWS", small)
-                answers.append(ns.find_n_stride(arr, n_col))
+                with fast_paths.override(n_stride_list_rows=small):
+                    answers.append(ns.find_n_stride(arr, n_col))
             assert answers[0] == answers[1], (rows, n_col)

@@ -1,8 +1,8 @@
 """Shortcut compilation inside the pipeline: against pynnet3's compiler,
 executor and optimizer, and against Kaldi's printed computations and counts.
 
-Split from test_shortcut.py (unit tests of the expander) to keep modules
-short; the helpers come from there.
+test_shortcut.py holds the unit tests of the expander; the shared helpers
+are in tests/helpers_shortcut.py.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pynnet3.compile.computation import NnetComputation
 from pynnet3.compile.request import ComputationRequest, IoSpecification
 from pynnet3.compile.shortcut import compile_via_shortcut
 from pynnet3.nnet.index import Index
-from tests.compile.test_shortcut import _assert_same_computation, _kaldi_expanded_cases
+from tests.helpers_shortcut import assert_same_computation, kaldi_expanded_cases
 
 
 # -- against pynnet3's compiler (and executor) ----------------------------------------
@@ -101,7 +101,7 @@ def _check_shortcut_against_direct(nnet: Any, full: ComputationRequest, N: int,
     assert got is not None and len(calls) == 1
     assert {io.indexes[-1].n for io in calls[0].inputs + calls[0].outputs} == {1}
     want = compile_fn(full)
-    _assert_same_computation(got, want)
+    assert_same_computation(got, want)
     if execute and _have("pynnet3.compute.computer"):
         rng = np.random.default_rng(N)
         inputs = {io.name: rng.standard_normal((len(io.indexes), nnet.input_dim(io.name)),
@@ -207,7 +207,7 @@ def test_vosk_tdnnf_shortcut_equals_direct(vosk_mdl: Path) -> None:
 def _kaldi_expanded_params() -> list:
     return [pytest.param(d, id=d.name,
                          marks=pytest.mark.slow if _kaldi_num_commands(d) >= 600 else ())
-            for d in _kaldi_expanded_cases()]
+            for d in kaldi_expanded_cases()]
 
 
 @needs_compiler

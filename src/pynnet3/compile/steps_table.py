@@ -67,7 +67,7 @@ class _Column:
         return codes, (None if ok.all() else ok)
 
 
-class _CindexTable:
+class CindexKeys:
     """The cindexes present when the steps computer starts, as sortable keys.
 
     ``key = ((node * T + t) * X + x) * N + n`` (fields coded by _Column), so
