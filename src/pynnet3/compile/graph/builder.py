@@ -50,7 +50,8 @@ from ...nnet.nnet import NodeType
 from .bulk import BulkGraph, BulkPlan, build_graph_bulk
 from .bulk_prune import prune_bulk
 from .jit_exact import JitGraph, build_graph_jit
-from .programs import JitPlan, analyse_descriptor, make_jit_plan, uses_default_hooks
+from .programs import (INT32_MAX, INT32_MIN, JitPlan, analyse_descriptor, make_jit_plan,
+                       uses_default_hooks)
 from .computation_graph import (K_COMPUTABLE, K_NOT_COMPUTABLE, K_UNKNOWN, K_WILL_NOT_COMPUTE,
                                 CindexSet, ComputableInfo, ComputationGraph, IndexSet,
                                 computable_info_name)
@@ -64,13 +65,12 @@ _INPUT, _DESCRIPTOR, _COMPONENT, _DIM_RANGE = 0, 1, 2, 3
 _KIND = {NodeType.INPUT: _INPUT, NodeType.DESCRIPTOR: _DESCRIPTOR,
          NodeType.COMPONENT: _COMPONENT, NodeType.DIM_RANGE: _DIM_RANGE}
 
-_INT32_MIN, _INT32_MAX = -(2 ** 31), 2 ** 31 - 1
 _new_index = tuple.__new__
 
 
 def _wrap32(v: int) -> int:
     # Offsets are added in int32 arithmetic in Kaldi (kNoTime - 1 wraps).
-    return (v - _INT32_MIN) % (2 ** 32) + _INT32_MIN
+    return (v - INT32_MIN) % (2 ** 32) + INT32_MIN
 
 
 class ComputationGraphBuilder:
@@ -382,8 +382,8 @@ class ComputationGraphBuilder:
                     ans.append((src, index))
                     continue
                 n2, t2, x2 = n + dn, t + dt, x + dx
-                if not (_INT32_MIN <= t2 <= _INT32_MAX and _INT32_MIN <= x2 <= _INT32_MAX
-                        and _INT32_MIN <= n2 <= _INT32_MAX):
+                if not (INT32_MIN <= t2 <= INT32_MAX and INT32_MIN <= x2 <= INT32_MAX
+                        and INT32_MIN <= n2 <= INT32_MAX):
                     n2, t2, x2 = _wrap32(n2), _wrap32(t2), _wrap32(x2)
                 ans.append((src, _new_index(Index, (n2, t2, x2))))
             return ans

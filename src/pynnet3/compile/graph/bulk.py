@@ -1,8 +1,9 @@
 """Vectorised graph building for networks without recurrence: an acceleration
 of :meth:`.builder.ComputationGraphBuilder.compute` (the reference).
 
-The reference follows Kaldi one cindex at a time; a 64-sequence TDNN-F training request has millions of
-cindexes, far too many for per-element Python.  This module produces the
+The reference follows Kaldi one cindex at a time; a 64-sequence TDNN-F
+training request has millions of cindexes, far too many for per-element
+Python.  This module produces the
 *same* graph (same cindex_ids in the same order, same dependencies, same
 states) with NumPy, for the common case, and says "no" otherwise so that the
 builder runs the exact algorithm instead.

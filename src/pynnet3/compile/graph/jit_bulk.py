@@ -37,17 +37,17 @@ _I64 = np.int64
 OK, FALLBACK, TOO_BIG, TOO_MANY_LEVELS, OUTSIDE = 0, 1, 2, 3, 4
 # The dense table is int32; beyond this many entries take the NumPy path.
 _MAX_TABLE = 1 << 25
-_INT32_MIN, _INT32_MAX = INT32_MIN, INT32_MAX
 
 
 @njit(cache=True, nogil=True)
-def _wrap(v: int) -> int:
-    return ((v - _INT32_MIN) % 4294967296) + _INT32_MIN
+def wrap32(v: int) -> int:
+    """``v`` wrapped into int32 as Kaldi's int32 offset arithmetic does."""
+    return ((v - INT32_MIN) % 4294967296) + INT32_MIN
 
 
 @njit(cache=True, nogil=True)
 def _out32(v: int) -> bool:
-    return v < _INT32_MIN or v > _INT32_MAX
+    return v < INT32_MIN or v > INT32_MAX
 
 
 @njit(cache=True, nogil=True)
@@ -125,10 +125,10 @@ def _expand_level(lo, hi, count, box, table, node, n, t, x, buf, seg_start, seg_
                     if _out32(dn) or _out32(dt) or _out32(dx):
                         if code == OP_COMP_OFFSET:
                             return FALLBACK, count, used
-                        dn, dt, dx = _wrap(dn), _wrap(dt), _wrap(dx)
+                        dn, dt, dx = wrap32(dn), wrap32(dt), wrap32(dx)
                 elif code == OP_ROUND_T:
                     dt -= dt % ops[o, 1]     # (floor modulus, as Python's)
-                    if dt < _INT32_MIN:
+                    if dt < INT32_MIN:
                         return FALLBACK, count, used
                 elif code == OP_SET_T:
                     dt = ops[o, 1]

@@ -53,16 +53,15 @@ from numba import njit
 
 from ...nnet.index import K_NO_TIME
 from .computation_graph import GraphArrays
-from .jit_bulk import grow
-from .programs import (MAX_TERMS, NK_COMPONENT, NK_DESCRIPTOR, NK_DIM_RANGE, NK_INPUT,
-                       OP_COMP_OFFSET, OP_NODE, OP_OFFSET, OP_ROUND_T, OP_SET_T, OP_SET_X, P_AND,
-                       P_CONST, P_IFDEF, P_TERM, JitPlan)
+from .jit_bulk import grow, wrap32
+from .programs import (INT32_MAX, INT32_MIN, MAX_TERMS, NK_COMPONENT, NK_DESCRIPTOR,
+                       NK_DIM_RANGE, NK_INPUT, OP_COMP_OFFSET, OP_NODE, OP_OFFSET, OP_ROUND_T,
+                       OP_SET_T, OP_SET_X, P_AND, P_CONST, P_IFDEF, P_TERM, JitPlan)
 
 if TYPE_CHECKING:
     from ...nnet.nnet import Nnet
 
 _I64 = np.int64
-_INT32_MIN, _INT32_MAX = -(2 ** 31), 2 ** 31 - 1
 _MAX_TERMS = MAX_TERMS
 
 # Status codes.
@@ -89,11 +88,6 @@ def _grow_rows(a, need):
     b = np.empty((size, a.shape[1]), dtype=a.dtype)
     b[:a.shape[0]] = a
     return b
-
-
-@njit(cache=True, nogil=True)
-def _wrap(v):
-    return ((v - _INT32_MIN) % 4294967296) + _INT32_MIN
 
 
 @njit(cache=True, nogil=True)
@@ -144,21 +138,21 @@ def _map_term(fwd, switch_table, row, n, t, x):
         if op == OP_NODE:
             return True, fwd[row, 1], n, t, x
         if op == OP_OFFSET:
-            n = _wrap(n + fwd[row, 1])
-            t = _wrap(t + fwd[row, 2])
-            x = _wrap(x + fwd[row, 3])
+            n = wrap32(n + fwd[row, 1])
+            t = wrap32(t + fwd[row, 2])
+            x = wrap32(x + fwd[row, 3])
         elif op == OP_COMP_OFFSET:
             if t == K_NO_TIME:
                 return False, 0, n, t, x
             n += fwd[row, 1]
             t += fwd[row, 2]
             x += fwd[row, 3]
-            if (n < _INT32_MIN or n > _INT32_MAX or t < _INT32_MIN or t > _INT32_MAX
-                    or x < _INT32_MIN or x > _INT32_MAX):
+            if (n < INT32_MIN or n > INT32_MAX or t < INT32_MIN or t > INT32_MAX
+                    or x < INT32_MIN or x > INT32_MAX):
                 return False, 0, n, t, x
         elif op == OP_ROUND_T:
             t -= t % fwd[row, 1]      # floor modulus, as Python's
-            if t < _INT32_MIN:
+            if t < INT32_MIN:
                 return False, 0, n, t, x
         elif op == OP_SET_T:
             t = fwd[row, 1]
@@ -763,7 +757,7 @@ def build_graph_jit(plan: JitPlan, nnet: "Nnet", request: Any,
     if num_in == 0 or num_out == 0:
         return None
     rows = np.concatenate(cols)
-    if rows.min() < _INT32_MIN or rows.max() > _INT32_MAX:
+    if rows.min() < INT32_MIN or rows.max() > INT32_MAX:
         return None
     init_node = np.concatenate(nodes)
     (status, count, distance, num_deps, num_raw, num_edges, state, deps, raw, edge_src,
