@@ -306,7 +306,7 @@ def test_same_graph_on_vosk_model(vosk_mdl: Path):
 
 
 # Offsets in t, n and x, Round() and ReplaceIndex(): every op of the
-# compiled closure (graph_bulk_jit.py); no Switch(), so it applies.
+# compiled closure (jit_bulk.py); no Switch(), so it applies.
 _PROGRAMS = """
 input-node name=input dim=2
 input-node name=ivector dim=2
@@ -323,7 +323,7 @@ output-node name=output input=c
 
 @pytest.mark.parametrize("t_range,num_seq", [((-10, 30), 1), ((-10, 30), 3), ((-500, 700), 2)])
 def test_compiled_closure_equals_the_numpy_levels(t_range, num_seq):
-    from pynnet3.compile.graph import jit_bulk as graph_bulk_jit
+    from pynnet3.compile.graph import jit_bulk
 
     nnet = _nnet(_PROGRAMS)
     plan = BulkPlan(nnet)
@@ -336,18 +336,18 @@ def test_compiled_closure_equals_the_numpy_levels(t_range, num_seq):
                                             range(t_range[0] + 8, t_range[1] - 8, 7)
                                             for n in range(num_seq)])])
     calls = []
-    real = graph_bulk_jit._closure
+    real = jit_bulk._closure
 
     def spy(*args):
         result = real(*args)
         calls.append(int(result[0]))
         return result
-    graph_bulk_jit._closure = spy
+    jit_bulk._closure = spy
     try:
         fast = build_graph_bulk(plan, nnet, request)
     finally:
-        graph_bulk_jit._closure = real
-    assert calls == [graph_bulk_jit.OK]
+        jit_bulk._closure = real
+    assert calls == [jit_bulk.OK]
     plan.jit_tables = None
     slow = build_graph_bulk(plan, nnet, request)
     assert fast is not None and slow is not None

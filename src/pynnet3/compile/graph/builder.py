@@ -87,7 +87,7 @@ class ComputationGraphBuilder:
         asks every Descriptor and Component exactly as Kaldi does (slower; the
         results are the same, which tests check)."""
         self.nnet = nnet
-        self._use_shortcuts = use_shortcuts = fast_paths.current().graph
+        self._fast = fast = fast_paths.current().graph
         self.graph = graph if graph is not None else ComputationGraph()
         if len(self.graph):
             raise PynnetError("ComputationGraphBuilder initialized with a nonempty graph")
@@ -131,7 +131,7 @@ class ComputationGraphBuilder:
         # dependencies as (node, dn, dt, dx) offsets, when that is possible.
         self._all_required = [False] * num_nodes
         self._offsets: list[list | None] = [None] * num_nodes
-        for n in range(num_nodes if use_shortcuts else 0):
+        for n in range(num_nodes if fast else 0):
             kind = self._kind[n]
             if kind == _DESCRIPTOR:
                 self._all_required[n], self._offsets[n] = analyse_descriptor(
@@ -227,7 +227,7 @@ class ComputationGraphBuilder:
         """
         if self.request is not None and not self.graph.segment_ends:
             raise PynnetError("wrong call order: use compute(), prune(), compute(), prune(), ...")
-        if self._use_shortcuts and not check and not len(self.graph):
+        if self._fast and not check and not len(self.graph):
             # The vectorised path never applies to a recurrent network.
             if self._recurrent is None:
                 self._recurrent = graph_has_cycles(nnet_to_directed_graph(self.nnet))
@@ -528,7 +528,7 @@ class ComputationGraphBuilder:
         if kind == _DIM_RANGE:
             src = graph._cindex_to_id.get((self._dim_range_src[node], index))
             return K_UNKNOWN if src is None else computable[src]
-        if not self._use_shortcuts:
+        if not self._fast:
             any_unknown = any_not = True
         elif self._deps_computed[cid]:
             states = {computable[d] for d in graph.dependencies[cid]}
