@@ -32,7 +32,7 @@ def same_data(a: Any, b: Any) -> bool:
 
 
 def assert_same_computation(got: NnetComputation, want: NnetComputation,
-                             check_precomputed_data: bool = True) -> None:
+                            check_precomputed_data: bool = True) -> None:
     assert [(m.num_rows, m.num_cols, m.stride_type) for m in got.matrices] == \
         [(m.num_rows, m.num_cols, m.stride_type) for m in want.matrices]
     assert got.submatrices == want.submatrices

@@ -45,8 +45,8 @@ from ..nnet.index import K_NO_TIME, Index, index_columns
 from ..nnet.index_lists import gc_paused
 from ..nnet.nnet import NodeType
 from ..nnet.properties_cache import component_properties
-from .graph.programs import uses_default_hooks
 from .graph.computation_graph import ComputationGraph, GraphArrays
+from .graph.programs import uses_default_hooks
 from .n_stride import IndexList
 from .request import ComputationRequest
 from .steps_table import CindexKeys

@@ -205,7 +205,7 @@ class BulkPlan:
         self.eligible = not graph_has_cycles(nnet_to_directed_graph(nnet))
         self.num_nodes = nnet.num_nodes()
         self.plans: list[NodePlan] = [self._plan(nnet, n, node)
-                                       for n, node in enumerate(nnet.nodes)]
+                                      for n, node in enumerate(nnet.nodes)]
         plans = self.plans
         self.is_input_node = np.array([p.kind == KIND_INPUT for p in plans], dtype=bool)
         self.is_output_node = np.array([nnet.is_output_node(n) for n in range(self.num_nodes)],
@@ -270,9 +270,9 @@ class BulkPlan:
                 sum_programs(p, programs)
             ok = len(programs) == len(terms) and None not in programs
             return NodePlan(KIND_TERMS, [(fn, used) for fn, used, _ in terms],
-                             None if None in offsets else offsets,
-                             all_used=all(used for _, used, _ in terms),
-                             programs=programs if ok else None)  # type: ignore[arg-type]
+                            None if None in offsets else offsets,
+                            all_used=all(used for _, used, _ in terms),
+                            programs=programs if ok else None)  # type: ignore[arg-type]
         comp = nnet.component_for_node(n)
         offsets = component_offsets(comp)
         if offsets is None:
@@ -286,8 +286,8 @@ class BulkPlan:
                 return ans
             terms.append((term, True))
         return NodePlan(KIND_TERMS, terms, [(src, *o) for o in offsets], wrap=False,
-                         needs_time=not uses_default_hooks(comp),
-                         programs=[(src, [(OP_COMP_OFFSET, *o)]) for o in offsets])
+                        needs_time=not uses_default_hooks(comp),
+                        programs=[(src, [(OP_COMP_OFFSET, *o)]) for o in offsets])
 
 
 # -- per-cindex hooks, asked on the finished graph ----------------------------------
@@ -341,7 +341,7 @@ class _CindexSetView:
 
 
 def hook_is_computable(p: NodePlan, nd: int, index: Index, sets: NodeSets, misc: Any,
-                        want_used: bool) -> tuple[bool, list]:
+                       want_used: bool) -> tuple[bool, list]:
     """Ask a per-cindex hook; ``used`` as (node, n, t, x) rows."""
     if p.kind == KIND_GENERIC_COMPONENT:
         ok, used = p.hook.is_computable(misc, index, sets.index_set(nd - 1))
@@ -363,7 +363,7 @@ def hooks_agree_computable(plan: BulkPlan, arrays: GraphArrays, misc_info: Any) 
             for row in zip(arrays.n[sel].tolist(), arrays.t[sel].tolist(),
                            arrays.x[sel].tolist()):
                 if not hook_is_computable(p, nd, _new_index(Index, row), sets,
-                                           misc_info, False)[0]:
+                                          misc_info, False)[0]:
                     return False
         except Exception:   # the exact algorithm decides what this means
             return False

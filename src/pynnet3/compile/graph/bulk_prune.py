@@ -76,7 +76,7 @@ def prune_bulk(plan: BulkPlan, bulk: BulkGraph, misc_info: Any) -> GraphArrays |
                 for c, row in zip(sel.tolist(), zip(a.n[sel].tolist(), a.t[sel].tolist(),
                                                     a.x[sel].tolist())):
                     ok, used = hook_is_computable(p, nd, _new_index(Index, row), sets,
-                                                   misc_info, True)
+                                                  misc_info, True)
                     if not ok:
                         return None
                     rows.extend((c,) + u for u in used)

@@ -134,7 +134,7 @@ class ComputationGraph:
             a = self._arrays
             with gc_paused():   # millions of new tuples, no cycles
                 indexes = map(_TUPLE_NEW, repeat(Index), zip(a.n.tolist(), a.t.tolist(),
-                                                              a.x.tolist()))
+                                                             a.x.tolist()))
                 self._cindexes = list(zip(a.node.tolist(), indexes))
         return self._cindexes
 
