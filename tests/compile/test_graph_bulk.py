@@ -306,7 +306,7 @@ def test_same_graph_on_vosk_model(vosk_mdl: Path):
 
 
 # Offsets in t, n and x, Round() and ReplaceIndex(): every op of the
-# compiled closure (jit_bulk.py); no Switch(), so it applies.
+# compiled closure (jit_bulk.py).
 _PROGRAMS = """
 input-node name=input dim=2
 input-node name=ivector dim=2
@@ -321,20 +321,12 @@ output-node name=output input=c
 """
 
 
-@pytest.mark.parametrize("t_range,num_seq", [((-10, 30), 1), ((-10, 30), 3), ((-500, 700), 2)])
-def test_compiled_closure_equals_the_numpy_levels(t_range, num_seq):
+def _closure_equals_the_numpy_levels(nnet: Nnet, request: ComputationRequest, what: str):
+    """The compiled closure runs (status OK) and gives the NumPy levels' graph."""
     from pynnet3.compile.graph import jit_bulk
 
-    nnet = _nnet(_PROGRAMS)
     plan = BulkPlan(nnet)
-    assert plan.jit_tables is not None
-    request = ComputationRequest(
-        inputs=[IoSpecification("input", frames_of(*t_range, num_seq)),
-                IoSpecification("ivector", [Index(n, 0, 0) for n in range(num_seq)])],
-        # Outputs spread out in t: the closure's box starts tight and must grow.
-        outputs=[IoSpecification("output", [Index(n, t, 0) for t in
-                                            range(t_range[0] + 8, t_range[1] - 8, 7)
-                                            for n in range(num_seq)])])
+    assert plan.jit_plan is not None
     calls = []
     real = jit_bulk._closure
 
@@ -348,7 +340,7 @@ def test_compiled_closure_equals_the_numpy_levels(t_range, num_seq):
     finally:
         jit_bulk._closure = real
     assert calls == [jit_bulk.OK]
-    plan.jit_tables = None
+    plan.jit_plan = None
     slow = build_graph_bulk(plan, nnet, request)
     assert fast is not None and slow is not None
     for name in ("node", "n", "t", "x", "is_input", "dep_offsets", "dep_flat"):
@@ -360,7 +352,26 @@ def test_compiled_closure_equals_the_numpy_levels(t_range, num_seq):
     cols = [c.astype(np.int64) for c in (a.node, a.n, a.t, a.x)]
     assert np.array_equal(fast.index.lookup(*cols), slow.index.lookup(*cols))
     # And the whole builder (prune included) still equals the exact algorithm.
-    assert _assert_same(nnet, request, "programs")
+    assert _assert_same(nnet, request, what)
+
+
+@pytest.mark.parametrize("t_range,num_seq", [((-10, 30), 1), ((-10, 30), 3), ((-500, 700), 2)])
+def test_compiled_closure_equals_the_numpy_levels(t_range, num_seq):
+    nnet = _nnet(_PROGRAMS)
+    request = ComputationRequest(
+        inputs=[IoSpecification("input", frames_of(*t_range, num_seq)),
+                IoSpecification("ivector", [Index(n, 0, 0) for n in range(num_seq)])],
+        # Outputs spread out in t: the closure's box starts tight and must grow.
+        outputs=[IoSpecification("output", [Index(n, t, 0) for t in
+                                            range(t_range[0] + 8, t_range[1] - 8, 7)
+                                            for n in range(num_seq)])])
+    _closure_equals_the_numpy_levels(nnet, request, "programs")
+
+
+def test_compiled_closure_with_switch_and_failover():
+    """Switch(), Failover(), Const() and dim-range nodes: the same tables
+    jit_exact reads, so the compiled closure takes them too."""
+    _closure_equals_the_numpy_levels(_nnet(MIXED), _mixed_request(-20, 30), "mixed")
 
 
 def test_compiled_closure_declines_a_missing_input_frame():

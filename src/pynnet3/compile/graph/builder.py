@@ -269,7 +269,11 @@ class ComputationGraphBuilder:
     def _compute_jit(self, request: ComputationRequest) -> bool:
         """compute() by the compiled exact algorithm (jit_exact.py), if it applies."""
         if self._jit_plan is None:
-            self._jit_plan = make_jit_plan(self.nnet) or False
+            bulk_plan = self._bulk_plan
+            if bulk_plan is not None and bulk_plan.eligible:
+                self._jit_plan = bulk_plan.jit_plan or False   # (made already)
+            else:
+                self._jit_plan = make_jit_plan(self.nnet) or False
         if self._jit_plan is False:
             return False
         jit = build_graph_jit(self._jit_plan, self.nnet, request)

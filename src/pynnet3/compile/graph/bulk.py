@@ -45,8 +45,9 @@ simple and TDNN components); those of a whole level are computed by a few
 array operations from per-node tables.  ``ReplaceIndex()``, ``Round()`` and
 ``Switch()`` are vectorised per node, and components with their own index
 hooks are asked once per cindex.  When every node's dependencies are
-forwarding programs (:mod:`.programs`), :mod:`.jit_bulk` runs the whole
-closure as one Numba loop instead of level by level.
+forwarding programs (:mod:`.programs`' JitPlan, the tables :mod:`.jit_exact`
+reads too), :mod:`.jit_bulk` runs the whole closure as one Numba loop
+instead of level by level.
 """
 from __future__ import annotations
 
@@ -64,8 +65,8 @@ from ..request import ComputationRequest
 from .cindex_index import CindexIndex
 from .computation_graph import GraphArrays
 from .jit_bulk import closure
-from .programs import (INT32_MAX, INT32_MIN, OP_COMP_OFFSET, Program, Unsupported,
-                       component_offsets, sum_programs, uses_default_hooks)
+from .programs import (INT32_MAX, INT32_MIN, JitPlan, Unsupported, component_offsets,
+                       make_jit_plan, uses_default_hooks)
 
 if TYPE_CHECKING:
     from ...nnet.nnet import Nnet
@@ -193,8 +194,6 @@ class NodePlan:
     needs_time: bool = False
     all_used: bool = True
     hook: Any = None   # the Component or Descriptor asked per cindex
-    # The terms as programs for jit_bulk, None if one has no such form.
-    programs: list[Program] | None = None
 
 
 class BulkPlan:
@@ -225,25 +224,9 @@ class BulkPlan:
         self.term_src, self.term_dn, self.term_dt, self.term_dx = (
             np.array(c, dtype=_I64) for c in cols[:4])
         self.term_wrap = np.array(cols[4], dtype=bool)
-        # For jit_bulk: every node's terms as programs, in CSR form
-        # (None if some node has a term without one).
-        self.jit_tables: tuple[np.ndarray, ...] | None = None
-        if all(p.kind == KIND_INPUT or (p.kind == KIND_TERMS and p.programs is not None)
-               for p in plans):
-            node_start, node_count, src, op_start, op_count, ops = [], [], [], [], [], []
-            for p in plans:
-                node_start.append(len(src))
-                node_count.append(len(p.programs or ()))
-                for term_src, term_ops in p.programs or ():
-                    src.append(term_src)
-                    op_start.append(len(ops))
-                    op_count.append(len(term_ops))
-                    ops.extend(term_ops)
-            self.jit_tables = (
-                np.array(node_start, dtype=_I64), np.array(node_count, dtype=_I64),
-                np.array(src, dtype=_I64), np.array(op_start, dtype=_I64),
-                np.array(op_count, dtype=_I64),
-                np.array(ops, dtype=_I64).reshape(len(ops), 4))
+        # For jit_bulk: every node's dependencies as forwarding programs (the
+        # tables jit_exact reads too), or None if some node is beyond them.
+        self.jit_plan: JitPlan | None = make_jit_plan(nnet) if self.eligible else None
 
     @staticmethod
     def _plan(nnet: "Nnet", n: int, node: Any) -> NodePlan:
@@ -253,7 +236,7 @@ class BulkPlan:
         if kind is NodeType.DIM_RANGE:
             src = node.node_index
             return NodePlan(KIND_TERMS, [(lambda a, b, c: (src, a, b, c), True)],
-                             [(src, 0, 0, 0)], programs=[(src, [])])
+                            [(src, 0, 0, 0)])
         if kind is NodeType.DESCRIPTOR:
             desc = node.descriptor
             terms: list[tuple[Term, bool, Offset | None]] = []
@@ -265,14 +248,9 @@ class BulkPlan:
             except Unsupported:
                 return NodePlan(KIND_GENERIC_DESCRIPTOR, hook=desc)
             offsets = [off for _, _, off in terms]
-            programs: list[Program | None] = []
-            for p in desc.parts:
-                sum_programs(p, programs)
-            ok = len(programs) == len(terms) and None not in programs
             return NodePlan(KIND_TERMS, [(fn, used) for fn, used, _ in terms],
                             None if None in offsets else offsets,
-                            all_used=all(used for _, used, _ in terms),
-                            programs=programs if ok else None)  # type: ignore[arg-type]
+                            all_used=all(used for _, used, _ in terms))
         comp = nnet.component_for_node(n)
         offsets = component_offsets(comp)
         if offsets is None:
@@ -286,8 +264,7 @@ class BulkPlan:
                 return ans
             terms.append((term, True))
         return NodePlan(KIND_TERMS, terms, [(src, *o) for o in offsets], wrap=False,
-                        needs_time=not uses_default_hooks(comp),
-                        programs=[(src, [(OP_COMP_OFFSET, *o)]) for o in offsets])
+                        needs_time=not uses_default_hooks(comp))
 
 
 # -- per-cindex hooks, asked on the finished graph ----------------------------------

@@ -6,11 +6,12 @@ reference), by way of :mod:`.bulk`, whose result it reproduces.
 time with a few dozen NumPy operations per level.  A TDNN-F has a couple of
 hundred levels, and for a short request each holds only a handful of
 cindexes, so NumPy's per-call cost, not the work, is most of the time spent
-building its graph.  When every node's dependencies can be written as small
-programs over the Index (:mod:`.programs`: add an offset, round t, replace t or x: names,
-``Offset()``, ``Round()``, ``ReplaceIndex()``, ``Append``/``Sum``/``IfDefined``
-of them, dim-range nodes, simple and TDNN-style components -- the usual
-feed-forward network), this module runs the same closure in one
+building its graph.  When every node's dependencies can be written as
+forwarding programs over the Index (:mod:`.programs`' JitPlan, which
+:mod:`.jit_exact` reads too: names, ``Offset()``, ``Round()``,
+``ReplaceIndex()``, ``Switch()``, ``Append``/``Sum``/``IfDefined``/
+``Failover`` of them, dim-range nodes, simple and TDNN-style components --
+the usual feed-forward network), this module runs the same closure in one
 Numba-compiled function: same cindex_ids in the same order, same per-cindex
 dependency lists (sorted, unique), same level sizes.
 
@@ -30,7 +31,8 @@ import numpy as np
 from numba import njit
 
 from ...nnet.index import K_NO_TIME
-from .programs import INT32_MAX, INT32_MIN, OP_COMP_OFFSET, OP_OFFSET, OP_ROUND_T, OP_SET_T
+from .programs import (INT32_MAX, INT32_MIN, OP_COMP_OFFSET, OP_NODE, OP_OFFSET, OP_ROUND_T,
+                       OP_SET_T, OP_SET_X)
 
 _I64 = np.int64
 # Status codes of _closure.
@@ -99,8 +101,8 @@ def _relayout(box, num_nodes, nn, tt, xx, node, n, t, x, count, max_table):
 
 @njit(cache=True, nogil=True)
 def _expand_level(lo, hi, count, box, table, node, n, t, x, buf, seg_start, seg_len,
-                  is_input_node, needs_time, node_start, node_count, term_src, op_start,
-                  op_count, ops, no_time, where):
+                  is_input_node, needs_time, term_start, term_count, term_root, fwd,
+                  switch_table, no_time, where):
     """Expand cindexes lo..hi-1 (arrays already big enough: nothing is
     reassigned here, which keeps reference counting out of the loop).
     Returns (status, count, used); with OUTSIDE, ``where`` holds the
@@ -114,27 +116,35 @@ def _expand_level(lo, hi, count, box, table, node, n, t, x, buf, seg_start, seg_
         if needs_time[nd] and t[p] == no_time:
             return FALLBACK, count, used
         start = used
-        for k in range(node_start[nd], node_start[nd] + node_count[nd]):
+        for k in range(term_start[nd], term_start[nd] + term_count[nd]):
             dn, dt, dx = n[p], t[p], x[p]
-            for o in range(op_start[k], op_start[k] + op_count[k]):
-                code = ops[o, 0]
+            # Follow the term's chain of forwarding-table rows to its node.
+            row = term_root[k]
+            code = fwd[row, 0]
+            while code != OP_NODE:
                 if code == OP_OFFSET or code == OP_COMP_OFFSET:
-                    dn += ops[o, 1]
-                    dt += ops[o, 2]
-                    dx += ops[o, 3]
+                    dn += fwd[row, 1]
+                    dt += fwd[row, 2]
+                    dx += fwd[row, 3]
                     if _out32(dn) or _out32(dt) or _out32(dx):
                         if code == OP_COMP_OFFSET:
                             return FALLBACK, count, used
                         dn, dt, dx = wrap32(dn), wrap32(dt), wrap32(dx)
                 elif code == OP_ROUND_T:
-                    dt -= dt % ops[o, 1]     # (floor modulus, as Python's)
+                    dt -= dt % fwd[row, 1]     # (floor modulus, as Python's)
                     if dt < INT32_MIN:
                         return FALLBACK, count, used
                 elif code == OP_SET_T:
-                    dt = ops[o, 1]
-                else:   # OP_SET_X
-                    dx = ops[o, 1]
-            src = term_src[k]
+                    dt = fwd[row, 1]
+                elif code == OP_SET_X:
+                    dx = fwd[row, 1]
+                else:   # OP_SWITCH
+                    row = switch_table[fwd[row, 2] + dt % fwd[row, 1]]
+                    code = fwd[row, 0]
+                    continue
+                row = fwd[row, 4]
+                code = fwd[row, 0]
+            src = fwd[row, 1]
             key = _key(box, src, dn, dt, dx)
             if key < 0:
                 where[0], where[1], where[2] = dt, dn, dx
@@ -165,8 +175,8 @@ def _expand_level(lo, hi, count, box, table, node, n, t, x, buf, seg_start, seg_
 
 @njit(cache=True, nogil=True)
 def _closure(init_node, init_n, init_t, init_x, num_in, max_levels, max_table, box,
-             is_input_node, needs_time, node_start, node_count, term_src, op_start,
-             op_count, ops, no_time):
+             is_input_node, needs_time, term_start, term_count, term_root, fwd, switch_table,
+             no_time):
     """(status, count, node, n, t, x, dep_counts, dep_flat, num_flat, sizes, num_levels).
 
     Columns are by cindex_id (the first ``count`` entries valid); dep_counts
@@ -214,7 +224,7 @@ def _closure(init_node, init_n, init_t, init_x, num_in, max_levels, max_table, b
         # Room for the most this level can add.
         bound = 0
         for p in range(lo, hi):
-            bound += node_count[node[p]]
+            bound += term_count[node[p]]
         node = grow(node, count + bound)
         n = grow(n, count + bound)
         t = grow(t, count + bound)
@@ -226,8 +236,8 @@ def _closure(init_node, init_n, init_t, init_x, num_in, max_levels, max_table, b
         while True:
             status, new_count, used = _expand_level(
                 lo, hi, count, box, table, node, n, t, x, buf, seg_start, seg_len,
-                is_input_node, needs_time, node_start, node_count, term_src, op_start,
-                op_count, ops, no_time, where)
+                is_input_node, needs_time, term_start, term_count, term_root, fwd,
+                switch_table, no_time, where)
             if status != OUTSIDE:
                 break
             # Grow the box and redo the level (the relayout forgets what
@@ -259,9 +269,9 @@ def closure(plan: Any, init: tuple[np.ndarray, ...], num_in: int, max_levels: in
     cindexes ``init`` (inputs then outputs: node, n, t, x columns); None when
     the NumPy path must decide.  Else (node, n, t, x, dep_counts, dep_flat,
     sizes)."""
-    tables = plan.jit_tables
+    jp = plan.jit_plan
     node, n, t, x = init
-    if tables is None or not len(node):
+    if jp is None or not len(node):
         return None
     box = np.zeros(6, dtype=_I64)
     for j, col in enumerate((t, n, x)):
@@ -275,7 +285,8 @@ def closure(plan: Any, init: tuple[np.ndarray, ...], num_in: int, max_levels: in
     (status, count, c_node, c_n, c_t, c_x, dep_counts, flat, num_flat, sizes,
      num_levels) = _closure(
         node.astype(_I64), n.astype(_I64), t.astype(_I64), x.astype(_I64), num_in, max_levels,
-        _MAX_TABLE, box, plan.is_input_node, plan.needs_time, *tables, K_NO_TIME)
+        _MAX_TABLE, box, plan.is_input_node, jp.needs_time, jp.term_start, jp.term_count,
+        jp.term_root, jp.fwd, jp.switch_table, K_NO_TIME)
     if status != OK:
         return None
     return (c_node[:count], c_n[:count], c_t[:count], c_x[:count], dep_counts[:count],

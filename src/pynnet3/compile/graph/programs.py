@@ -8,15 +8,14 @@ accelerations of :mod:`.builder`) skip asking them per cindex:
   inputs are its output Index plus fixed offsets, all required;
 * :func:`analyse_descriptor`: when the reference builder need not ask a
   descriptor at all (its computability follows from its dependencies');
-* the forwarding programs, in ONE op-code encoding (``OP_*``) that both
-  compiled loops read: a dependency "term" maps an output Index to the
-  Index of one dependency by applying ops in order (add an offset, round t,
-  replace t or x, pick a Switch() argument) and ends in the source node.
-  :func:`forwarding_program` writes a term as (source node, op list) for
-  :mod:`.jit_bulk`; :func:`make_jit_plan` writes every node's terms as
-  chains of rows of one forwarding table, plus its computability as a
-  postfix program over its terms (``P_*``: TERM k, CONST, IFDEF, AND for
-  Append/Sum and required component inputs, FAILOVER), for :mod:`.jit_exact`.
+* :func:`make_jit_plan`: the forwarding programs, in the ONE encoding both
+  compiled loops (:mod:`.jit_bulk`, :mod:`.jit_exact`) read.  A dependency
+  "term" maps an output Index to the Index of one dependency: a chain of
+  rows of one forwarding table, each an op (``OP_*``: add an offset, round
+  t, replace t or x, pick a Switch() argument) applied in turn, ending in
+  the source node.  Each node's computability is a postfix program over its
+  terms (``P_*``: TERM k, CONST, IFDEF, AND for Append/Sum and required
+  component inputs, FAILOVER); only jit_exact needs that.
 
 Networks with a node beyond these tables (a component with its own index
 hooks other than plain offsets, an unknown descriptor type, more than 64
@@ -44,16 +43,14 @@ MAX_TERMS = 64
 # Node kinds.
 NK_INPUT, NK_DESCRIPTOR, NK_COMPONENT, NK_DIM_RANGE = 0, 1, 2, 3
 
-# Op codes of the forwarding programs, with their arguments (a, b, c).  In the
-# forwarding table of a JitPlan a row is (op, a, b, c, next row); in a
-# (source node, ops) program of forwarding_program() an op is (op, a, b, c)
-# and the ops apply in list order.
-OP_NODE = 0         # a: the source node (the end of a chain; table rows only)
+# Op codes of the forwarding programs: a row of a JitPlan's forwarding table
+# is (op, a, b, c, next row).
+OP_NODE = 0         # a: the source node (the end of a chain)
 OP_OFFSET = 1       # add (a, b, c) to (n, t, x), wrapping like int32 (Kaldi's Offset())
 OP_ROUND_T = 2      # t rounded down to a multiple of a
 OP_SET_T = 3        # t = a
 OP_SET_X = 4        # x = a
-OP_SWITCH = 5       # continue with switch_table[b + t mod a] (table rows only)
+OP_SWITCH = 5       # continue with switch_table[b + t mod a]
 OP_COMP_OFFSET = 6  # a component's offsets: no kNoTime, no wrapping (the loops give up)
 
 # Computability program ops: (op, arg).
@@ -91,46 +88,6 @@ def component_offsets(comp: Component) -> list[tuple[int, int, int]] | None:
         return None
     offsets = comp.get_input_index_offsets()
     return None if offsets is None else [tuple(int(v) for v in o) for o in offsets]
-
-
-# A term as (source node, ops), for jit_bulk.
-Program = tuple[int, list[tuple[int, int, int, int]]]
-
-
-def forwarding_program(f: d.ForwardingDescriptor) -> Program | None:
-    """The term of one forwarding expression as (src node, ops), or None
-    when it has no such form (Switch())."""
-    tp = type(f)
-    if tp is d.SimpleForwardingDescriptor:
-        return f.src_node, []
-    if tp is d.OffsetForwardingDescriptor:
-        inner = forwarding_program(f.src)
-        dn, dt, dx = (int(v) for v in f.offset)
-        return None if inner is None else (inner[0], [(OP_OFFSET, dn, dt, dx)] + inner[1])
-    if tp is d.RoundingForwardingDescriptor:
-        inner = forwarding_program(f.src)
-        m = int(f.t_modulus)
-        return None if inner is None or m < 1 else (inner[0], [(OP_ROUND_T, m, 0, 0)] + inner[1])
-    if tp is d.ReplaceIndexForwardingDescriptor:
-        inner = forwarding_program(f.src)
-        op = OP_SET_T if f.variable_name == "t" else OP_SET_X
-        if not INT32_MIN <= int(f.value) <= INT32_MAX:
-            return None
-        return None if inner is None else (inner[0], [(op, int(f.value), 0, 0)] + inner[1])
-    return None
-
-
-def sum_programs(p: d.SumDescriptor, out: list[Program | None]) -> None:
-    """Programs of a SumDescriptor's dependencies, in get_dependencies() order
-    (None for a term without one)."""
-    tp = type(p)
-    if tp is d.SimpleSumDescriptor:
-        out.append(forwarding_program(p.src))
-    elif tp is d.OptionalSumDescriptor:
-        sum_programs(p.src, out)
-    elif tp is d.BinarySumDescriptor:
-        sum_programs(p.src1, out)
-        sum_programs(p.src2, out)
 
 
 def analyse_descriptor(desc: Any) -> tuple[bool, list | None]:
