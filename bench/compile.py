@@ -51,7 +51,7 @@ from pynnet3 import __version__  # noqa: E402
 from pynnet3.cache import CachingCompiler, CachingCompilerOptions, optimizer_available  # noqa: E402
 from pynnet3.compile.request import ComputationRequest  # noqa: E402
 from pynnet3.compile.request_io import build_request  # noqa: E402
-from pynnet3.nnet.context import compute_simple_nnet_context  # noqa: E402
+from pynnet3.compile.graph.context import compute_simple_nnet_context
 from pynnet3.nnet.graph import graph_has_cycles, nnet_to_directed_graph  # noqa: E402
 from pynnet3.nnet.nnet import Nnet  # noqa: E402
 
@@ -150,7 +150,7 @@ def cases_for(name: str, nnet: Nnet, is_vosk: bool) -> list[Case]:
 def load_models(args: argparse.Namespace) -> list[tuple[str, object, bool]]:
     """(name, loader, is_vosk); loaders are called lazily so one failure is one row."""
     from pynnet3.nnet.components.base import set_random_seed
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
 
     models: list[tuple[str, object, bool]] = []
     given = args.vosk or args.vosk_path
@@ -179,7 +179,7 @@ def random_bench(runs: int, only: str) -> int:
     import math
 
     from pynnet3.compile.request_io import read_request_file
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
 
     root = REFERENCE / "random"
     if not root.is_dir():

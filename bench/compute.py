@@ -106,7 +106,7 @@ def run_worker(kind: str, threads: int, work: Path, extra: list[str]) -> dict:
 
 def _load_network(mdl: str):
     from pynnet3.compute.decodable import prepare_nnet_for_test
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
 
     nnet = read_nnet(mdl)
     prepare_nnet_for_test(nnet)
@@ -164,7 +164,7 @@ def worker_torch(mdl: str, work: Path, runs: int, threads: int) -> dict:
         return {"skipped": "PyTorch is not installed (pip install torch)"}
     import kaldiio
 
-    from pynnet3.nnet.context import compute_simple_nnet_context
+    from pynnet3.compile.graph.context import compute_simple_nnet_context
     from torch_model import TorchNetwork, Unsupported
 
     torch.set_num_threads(threads)

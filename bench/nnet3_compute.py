@@ -98,7 +98,7 @@ def main() -> None:
         work = Path(tmp)
         write_inputs(work)
         from pynnet3.nnet.components.base import set_random_seed
-        from pynnet3.nnet.model_io import write_nnet
+        from pynnet3.compile.model_io import write_nnet
         from pynnet3.nnet.nnet import Nnet
 
         set_random_seed(0)

@@ -117,7 +117,7 @@ def row_op_cases(rows: int, cols: int, seed: int = 0) -> dict[str, Callable[[Any
 def vosk_forward(mdl: Path, optimize: bool) -> Callable[[Any], Callable[[], None]]:
     from pynnet3.compile.compiler import compile_computation
     from pynnet3.compile.request_io import build_request
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
     from pynnet3.nnet.utils import set_batchnorm_test_mode, set_dropout_test_mode
 
     nnet = read_nnet(str(mdl))

@@ -161,7 +161,7 @@ def supervised_rows(egs: list) -> int:
 
 def plain_nnet(work: Path):
     """The network with AffineComponent layers and 0.raw's parameters."""
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
     from pynnet3.nnet.nnet import Nnet
 
     ng = read_nnet(str(work / "0.raw"))
@@ -181,7 +181,7 @@ def pynnet3_loop(work: Path, egs: list, plain: bool) -> tuple[float, float, floa
     import io
 
     from pynnet3.compute.backend import get_backend
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
     from pynnet3.train.kaldi_random import GlibcRand
     from pynnet3.train.trainer import NnetTrainer, NnetTrainerOptions
 
@@ -240,7 +240,7 @@ def torch_batches(egs: list):
 def torch_model(work: Path):
     import torch
 
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
 
     ng = read_nnet(str(work / "0.raw"))
     layers = []

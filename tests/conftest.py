@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import (CACHE_DIR, ROOT, SHARED_REFERENCE,  # noqa: F401 (re-exported)
-                           reference_dir, vosk_model_path)
+from tests.helpers import reference_dir, vosk_model_path
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from pynnet3.compile.request import ComputationRequest, IoSpecification
 from pynnet3.compile.request_io import read_request_file
 from pynnet3.errors import FormatError
 from pynnet3.nnet.index import Index
-from pynnet3.nnet.model_io import read_nnet
+from pynnet3.compile.model_io import read_nnet
 from pynnet3.nnet.nnet import Nnet
 from tests.helpers import deep_equal, reference_dir
 

@@ -246,7 +246,7 @@ def test_raw_round_trip_compiled(tdnn_case) -> None:
                                             ("cnn_e2eali_ocr_bentham_1a", 3)])
 def test_raw_round_trip_reference_configs(tmp_path: Path, config: str, num_seq: int) -> None:
     from pynnet3.compile.request_io import build_request
-    from pynnet3.nnet.context import compute_simple_nnet_context
+    from pynnet3.compile.graph.context import compute_simple_nnet_context
 
     text = (reference_dir() / "configs" / config / "ref.config").read_text()
     nnet = _nnet(text)

@@ -45,7 +45,6 @@ them.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import hashlib
 import itertools
 import json
@@ -67,6 +66,7 @@ from .compile.computation import CommandType, NnetComputation
 from .compile.computation_io import FORMAT_VERSION, computation_to_bytes, load_computation
 from .compile.request import ComputationRequest
 from .errors import FormatError, PynnetError
+from .nnet.index_lists import gc_paused
 from .nnet.properties_cache import component_properties_cached
 
 if TYPE_CHECKING:
@@ -463,14 +463,10 @@ class CachingCompiler:
         # lists, commands) and no reference cycles worth collecting; with the
         # cyclic collector running, its full passes over a large heap (the
         # network's, the graph's) cost about a fifth of the time.
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
         try:
-            with component_properties_cached():
+            with gc_paused(), component_properties_cached():
                 return self._compile_internal(request)
         finally:
-            if gc_was_enabled:
-                gc.enable()
             self.seconds["total"] += time.perf_counter() - start
 
     def _compile_internal(self, request: ComputationRequest) -> NnetComputation:

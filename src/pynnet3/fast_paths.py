@@ -32,18 +32,23 @@ class FastPaths:
     """
 
     #: Build computation graphs with the compiled/vectorised builders
-    #: (``compile.graph``); ``False`` runs Kaldi's per-cindex algorithm only.
+    #: (``compile.graph``: bulk, jit_bulk, jit_exact); ``False`` runs Kaldi's
+    #: per-cindex algorithm (``compile.graph.builder``) only.  Read when a
+    #: ComputationGraphBuilder is made.
     graph: bool = True
-    #: Find a network's left/right context from the frames each output reads;
-    #: ``False`` builds computation graphs as Kaldi's ComputeSimpleNnetContext.
+    #: Find a network's left/right context from the frames each output reads
+    #: (``compile.graph.context_reads``); ``False`` builds computation graphs
+    #: as Kaldi's ComputeSimpleNnetContext.
     context_from_reads: bool = True
     #: Numba loops for the optimizer's variable and access analysis;
     #: ``False`` runs the Python loops that define it.
     analysis_jit: bool = True
-    #: SplitLocations / SplitLocationsBackward on Python lists (``True``), on
-    #: arrays (``False``), or chosen by size (``None``, the default).
+    #: SplitLocations / SplitLocationsBackward (``compile.split_locations``)
+    #: on Python lists (``True``), on arrays (``False``), or chosen by size
+    #: (``None``, the default).
     split_on_lists: Optional[bool] = None
-    #: Up to this many rows, find_n_stride works on Python lists.
+    #: Up to this many rows, find_n_stride (``compile.n_stride``) works on
+    #: Python lists, else on arrays.
     n_stride_list_rows: int = 24
     #: From this many matrices on, the checker looks at all matrices with
     #: array operations before the per-matrix checks (0: always).

@@ -46,7 +46,7 @@ def test_compile_write_info_and_disk_cache(tmp_path: Path) -> None:
     from pynnet3.cache import CachingCompiler, CachingCompilerOptions
     from pynnet3.compile.computation_io import computation_from_bytes, computation_to_bytes
     from pynnet3.compile.request_io import build_request
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
 
     nnet = read_nnet(str(raw))
     request = build_request(nnet, 3, 5, extra_left_context=2, need_model_derivative=True)

@@ -125,7 +125,7 @@ def test_write_model_matches_kaldis_update(seed: str, tmp_path) -> None:
     import numpy as np
 
     from pynnet3.nnet.components.base import Prop
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
     from tests.helpers import reference_dir
 
     d = reference_dir() / "random" / seed

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from pynnet3.cli import BINARIES
-from pynnet3.nnet.model_io import read_nnet
+from pynnet3.compile.model_io import read_nnet
 from tests.helpers import reference_dir
 
 CASES = ("affine_xent", "quadratic", "momentum_l2", "ngaffine_bn")

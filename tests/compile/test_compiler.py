@@ -27,7 +27,7 @@ from pynnet3.compile.request import ComputationRequest, IoSpecification
 from pynnet3.errors import PynnetError
 from pynnet3.nnet.index import Index
 from pynnet3.nnet.nnet import Nnet, NodeType
-from tests.conftest import SHARED_REFERENCE, reference_dir
+from tests.helpers import SHARED_REFERENCE, reference_dir
 
 T = CommandType
 _UNOPTIMIZED_TYPES = {T.ALLOC_MATRIX, T.DEALLOC_MATRIX, T.SET_CONST, T.PROPAGATE, T.BACKPROP,
@@ -176,7 +176,7 @@ def test_random_network_against_kaldi(seed):
     import kaldiio
 
     from pynnet3.compile.request_io import read_request_file
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
 
     d = reference_dir() / "random" / seed
     nnet = read_nnet(str(d / "final.raw"))
@@ -236,7 +236,7 @@ def test_fast_input_locations_agree_with_general_path(seed):
     """The vectorised input-location code gives the same computation as
     asking the Descriptors row by row (LSTM/TDNN nets with IfDefined)."""
     from pynnet3.compile.request_io import read_request_file
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
 
     d = reference_dir() / "random" / seed
     if not d.is_dir():

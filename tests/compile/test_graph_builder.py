@@ -7,12 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from pynnet3.compile.graph import (K_NOT_COMPUTABLE, K_UNKNOWN, CindexSet,
-                                   ComputationGraph, ComputationGraphBuilder)
+from pynnet3.compile.graph.builder import ComputationGraphBuilder
+from pynnet3.compile.graph.computation_graph import (K_NOT_COMPUTABLE, K_UNKNOWN, CindexSet,
+                                                     ComputationGraph)
 from pynnet3.compile.request import ComputationRequest, IoSpecification
 from pynnet3.errors import PynnetError
 from pynnet3.nnet.index import Index
 from pynnet3.nnet.nnet import Nnet
+from tests.helpers_graph import TDNN, graph_builder, parse_kaldi_request, tdnnf_config
 
 REF = Path("/work/shared/reference")
 
@@ -33,17 +35,6 @@ def _request(inputs: dict, outputs: dict) -> ComputationRequest:
         outputs=[IoSpecification(name, idx) for name, idx in outputs.items()])
 
 
-_TDNN = """
-input-node name=input dim=4
-component name=a1 type=AffineComponent input-dim=12 output-dim=5
-component name=r1 type=RectifiedLinearComponent dim=5
-component name=a2 type=AffineComponent input-dim=10 output-dim=3
-component-node name=a1 component=a1 input=Append(Offset(input, -1), input, Offset(input, 2))
-component-node name=r1 component=r1 input=a1
-component-node name=a2 component=a2 input=Append(Offset(r1, -3), Offset(r1, 3))
-output-node name=output input=a2
-"""
-
 _RNN = """
 input-node name=input dim=4
 component name=a1 type=AffineComponent input-dim=7 output-dim=3
@@ -56,55 +47,6 @@ output-node name=output input=r
 
 # -- ComputationRequest ---------------------------------------------------------------
 
-def _parse_kaldi_request(text: str) -> ComputationRequest:
-    """Read the text form of Kaldi's ComputationRequest::Write (tests only)."""
-    tokens = text.split()
-    pos = 0
-
-    def take():
-        nonlocal pos
-        pos += 1
-        return tokens[pos - 1]
-
-    def expect(tok):
-        got = take()
-        assert got == tok, (got, tok)
-
-    def read_io():
-        expect("<IoSpecification>")
-        name = take()
-        expect("<NumIndexes>")
-        num = int(take())
-        expect("<Indexes>")
-        expect("<I1V>")
-        assert int(take()) == num
-        indexes = []
-        for _ in range(num):
-            expect("<I1>")
-            indexes.append(Index(int(take()), int(take()), int(take())))
-        expect("<HasDeriv>")
-        has_deriv = take() == "T"
-        expect("</IoSpecification>")
-        return IoSpecification(name, indexes, has_deriv)
-
-    req = ComputationRequest()
-    expect("<ComputationRequest>")
-    expect("<NumInputs>")
-    num_in = int(take())
-    expect("<Inputs>")
-    req.inputs = [read_io() for _ in range(num_in)]
-    expect("<NumOutputs>")
-    num_out = int(take())
-    expect("<Outputs>")
-    req.outputs = [read_io() for _ in range(num_out)]
-    expect("<NeedModelDerivative>")
-    req.need_model_derivative = take() == "T"
-    expect("<StoreComponentStats>")
-    req.store_component_stats = take() == "T"
-    expect("</ComputationRequest>")
-    return req
-
-
 def _reference_requests():
     if not (REF / "random").is_dir():
         return []
@@ -116,7 +58,7 @@ def test_request_print_matches_kaldi():
     if not dirs:
         pytest.skip("reference data absent")
     for d in dirs:
-        req = _parse_kaldi_request((d / "request.kaldi-text").read_text())
+        req = parse_kaldi_request((d / "request.kaldi-text").read_text())
         assert req.print() == (d / "request.txt").read_text(), d.name
     assert len(dirs) >= 50
 
@@ -137,7 +79,7 @@ def test_request_helpers():
 # -- the builder on feed-forward networks ------------------------------------------------
 
 def test_tdnn_computable_info_and_prune():
-    nnet = _nnet(_TDNN)
+    nnet = _nnet(TDNN)
     req = _request({"input": _frames(0, 20)}, {"output": _frames(0, 20)})
     b = ComputationGraphBuilder(nnet)
     b.compute(req, check=True)
@@ -284,7 +226,7 @@ def test_multi_segment_compute_and_prune():
 
 
 def test_wrong_requests():
-    nnet = _nnet(_TDNN)
+    nnet = _nnet(TDNN)
     with pytest.raises(PynnetError, match="no output with name"):
         ComputationGraphBuilder(nnet).compute(
             _request({"input": _frames(0, 3)}, {"nope": _frames(0, 3)}))
@@ -302,33 +244,8 @@ def test_wrong_requests():
 
 # -- speed ----------------------------------------------------------------------------------
 
-def _tdnnf_config(num_layers: int) -> str:
-    """A TDNN-F-like stack: ~100 nodes with Append/Offset/Sum/Scale descriptors."""
-    lines = ["input-node name=input dim=8", "input-node name=ivector dim=4",
-             "component name=lda type=AffineComponent input-dim=28 output-dim=8",
-             "component-node name=lda component=lda "
-             "input=Append(Offset(input, -1), input, Offset(input, 1), ReplaceIndex(ivector, t, 0))"]
-    prev = "lda"
-    for i in range(num_layers):
-        lines += [
-            f"component name=l{i} type=AffineComponent input-dim=16 output-dim=4",
-            f"component-node name=l{i} component=l{i} input=Append(Offset({prev}, -1), {prev})",
-            f"component name=a{i} type=AffineComponent input-dim=8 output-dim=8",
-            f"component-node name=a{i} component=a{i} input=Append(l{i}, Offset(l{i}, 1))",
-            f"component name=r{i} type=RectifiedLinearComponent dim=8",
-            f"component-node name=r{i} component=r{i} input=a{i}",
-            f"component name=n{i} type=RectifiedLinearComponent dim=8",
-            f"component-node name=n{i} component=n{i} input=Sum(Scale(0.66, {prev}), r{i})",
-        ]
-        prev = f"n{i}"
-    lines += ["component name=final type=AffineComponent input-dim=8 output-dim=5",
-              f"component-node name=final component=final input={prev}",
-              "output-node name=output input=final"]
-    return "\n".join(lines) + "\n"
-
-
 def test_tdnnf_sized_graph_builds_fast():
-    nnet = _nnet(_tdnnf_config(12))
+    nnet = _nnet(tdnnf_config(12))
     assert nnet.num_nodes() >= 100
     num_frames = 300
     context = 12 + 12 + 1
@@ -383,7 +300,7 @@ def _random_nets_and_requests():
 
 
 def _builder_state(nnet, req, use_shortcuts, check_every_iter=True):
-    b = ComputationGraphBuilder(nnet, use_shortcuts=use_shortcuts)
+    b = graph_builder(nnet, use_shortcuts)
     b.compute(req, check=check_every_iter and not use_shortcuts)
     b.check()
     before = (list(b.graph.cindexes), [list(x) for x in b.graph.dependencies],
@@ -410,7 +327,7 @@ def test_shortcuts_match_plain_algorithm_on_reference_networks():
             if "unknown component type" in str(e):
                 continue
             raise
-        req = _parse_kaldi_request((d / "request.kaldi-text").read_text())
+        req = parse_kaldi_request((d / "request.kaldi-text").read_text())
         fast = _builder_state(nnet, req, True)
         slow = _builder_state(nnet, req, False)
         assert fast == slow, d.name

@@ -1,6 +1,6 @@
-"""The vectorised graph builder (compile/graph_bulk.py) gives the exact algorithm's graph.
+"""The vectorised graph builder (compile/graph/bulk.py) gives the exact algorithm's graph.
 
-``ComputationGraphBuilder(nnet, use_shortcuts=False)`` runs Kaldi's algorithm
+``graph_builder(nnet, False)`` runs Kaldi's algorithm
 one cindex at a time, asking every Descriptor and Component; that is the
 reference.  The default builder takes the vectorised path when it applies;
 every test here compares the whole state (cindex_ids in order, dependencies,
@@ -14,15 +14,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pynnet3.compile.graph import ComputationGraphBuilder
-from pynnet3.compile.graph_bulk import BulkPlan, build_graph_bulk
-from pynnet3.compile.graph_types import ComputationGraph
+from pynnet3.compile.graph.builder import ComputationGraphBuilder
+from pynnet3.compile.graph.bulk import BulkPlan, build_graph_bulk
+from pynnet3.compile.graph.computation_graph import ComputationGraph
 from pynnet3.compile.request import ComputationRequest, IoSpecification
 from pynnet3.errors import PynnetError
 from pynnet3.nnet.index import Index
 from pynnet3.nnet.nnet import Nnet
-from tests.compile.test_graph_builder import _parse_kaldi_request
-from tests.conftest import reference_dir
+from tests.helpers_graph import (MIXED, TDNN, frames_of, graph_builder, reference_random_cases,
+                                 tdnnf_config)
+from tests.helpers import reference_dir
 
 
 def _nnet(text: str) -> Nnet:
@@ -33,7 +34,7 @@ def _nnet(text: str) -> Nnet:
 
 def _state(nnet: Nnet, request: ComputationRequest, fast: bool):
     """(took the vectorised path, state after compute(), state after prune() or None)."""
-    b = ComputationGraphBuilder(nnet, use_shortcuts=fast)
+    b = graph_builder(nnet, fast)
     b.compute(request)
     bulk = b._bulk is not None
     g = b.graph
@@ -61,40 +62,16 @@ def _assert_same(nnet: Nnet, request: ComputationRequest, what: str = "") -> boo
     return bulk
 
 
-def _frames(t0: int, t1: int, num_seq: int = 1) -> list[Index]:
-    return [Index(n, t, 0) for n in range(num_seq) for t in range(t0, t1)]
-
-
-# Every kind of descriptor expression, a dim-range node and a Failover whose
-# second branch (node y) is computable but unused, so pruning drops it.
-_MIXED = """
-input-node name=input dim=2
-input-node name=ivector dim=2
-component name=y type=RectifiedLinearComponent dim=2
-component-node name=y component=y input=input
-component name=a type=AffineComponent input-dim=4 output-dim=2
-component-node name=a component=a input=Append(Failover(Offset(input, -1), y), \
-ReplaceIndex(ivector, t, 0))
-component name=b type=AffineComponent input-dim=6 output-dim=2
-component-node name=b component=b input=Append(IfDefined(Offset(a, 2)), \
-Switch(a, Offset(a, 1)), Round(a, 3))
-dim-range-node name=d input-node=b dim-offset=0 dim=1
-component name=c type=AffineComponent input-dim=2 output-dim=2
-component-node name=c component=c input=Append(d, Sum(Offset(d, -1), Const(1.0, 1)))
-output-node name=output input=c
-"""
-
-
 def _mixed_request(t0: int, t1: int) -> ComputationRequest:
     # Outputs ordered t-major (as Kaldi's merged egs are), inputs n-major.
     return ComputationRequest(
-        inputs=[IoSpecification("input", _frames(t0, t1, 2)),
+        inputs=[IoSpecification("input", frames_of(t0, t1, 2)),
                 IoSpecification("ivector", [Index(n, 0, 0) for n in range(2)])],
         outputs=[IoSpecification("output", [Index(n, t, 0) for t in range(10) for n in range(2)])])
 
 
 def test_every_descriptor_kind_and_failover_pruning():
-    nnet = _nnet(_MIXED)
+    nnet = _nnet(MIXED)
     assert _assert_same(nnet, _mixed_request(-20, 30), "enough input")
     b = ComputationGraphBuilder(nnet)
     b.compute(_mixed_request(-20, 30))
@@ -115,7 +92,7 @@ def test_descriptor_asked_per_cindex():
     class OwnDescriptor(Descriptor):
         pass
 
-    nnet = _nnet(_MIXED)
+    nnet = _nnet(MIXED)
     for name in ("a_input", "b_input"):
         node = nnet.nodes[nnet.get_node_index(name)]
         node.descriptor = OwnDescriptor(node.descriptor.parts)
@@ -127,7 +104,7 @@ def test_descriptor_asked_per_cindex():
 def test_cindex_index_against_a_dict():
     """Batches that widen the t range and add (n, x) pairs: the dense table
     grows, then turns sorted (kNoTime); ids as a dict would give them."""
-    from pynnet3.compile.graph_bulk_index import CindexIndex
+    from pynnet3.compile.graph.cindex_index import CindexIndex
     from pynnet3.nnet.index import K_NO_TIME
 
     rng = np.random.default_rng(0)
@@ -159,12 +136,10 @@ def test_cindex_index_against_a_dict():
 def test_far_apart_frames():
     """Frames a million apart: the dense cindex table would be huge; the
     sorted one is used, with the same answer."""
-    from tests.compile.test_graph_builder import _tdnnf_config
-
-    nnet = _nnet(_tdnnf_config(2))
-    frames = _frames(-20, 30) + [Index(0, t, 0) for t in range(10 ** 6 - 20, 10 ** 6 + 30)]
+    nnet = _nnet(tdnnf_config(2))
+    frames = frames_of(-20, 30) + [Index(0, t, 0) for t in range(10 ** 6 - 20, 10 ** 6 + 30)]
     request = ComputationRequest(
-        inputs=[IoSpecification("input", frames), IoSpecification("ivector", _frames(0, 1))],
+        inputs=[IoSpecification("input", frames), IoSpecification("ivector", frames_of(0, 1))],
         outputs=[IoSpecification("output", [Index(0, 0, 0), Index(0, 10 ** 6, 0)])])
     assert _assert_same(nnet, request, "far apart")
     b = ComputationGraphBuilder(nnet)
@@ -177,10 +152,8 @@ def test_random_requests_on_small_networks(seed: int):
     """Odd n and x values, shuffled outputs, missing frames (exact path) or not."""
     import random
 
-    from tests.compile.test_graph_builder import _TDNN, _tdnnf_config
-
     rng = random.Random(seed)
-    nets = [_nnet(_MIXED), _nnet(_tdnnf_config(3)), _nnet(_TDNN)]
+    nets = [_nnet(MIXED), _nnet(tdnnf_config(3)), _nnet(TDNN)]
     vectorised = 0
     for case in range(40):
         nnet = rng.choice(nets)
@@ -204,7 +177,7 @@ def test_random_requests_on_small_networks(seed: int):
 
 
 def test_fallbacks_give_the_exact_answer():
-    nnet = _nnet(_MIXED)
+    nnet = _nnet(MIXED)
     plan = BulkPlan(nnet)
     assert plan.eligible
     # Listed twice, and an unknown node: the exact algorithm raises.
@@ -226,20 +199,20 @@ component-node name=r component=t1 input=a1
 output-node name=output input=r
 """)
     assert not BulkPlan(rnn).eligible
-    req = ComputationRequest(inputs=[IoSpecification("input", _frames(0, 8))],
-                             outputs=[IoSpecification("output", _frames(0, 8))])
+    req = ComputationRequest(inputs=[IoSpecification("input", frames_of(0, 8))],
+                             outputs=[IoSpecification("output", frames_of(0, 8))])
     assert not _assert_same(rnn, req, "rnn")
 
 
 def test_multi_segment_after_vectorised_first_segment():
-    nnet = _nnet(_MIXED)
+    nnet = _nnet(MIXED)
     second = ComputationRequest(
-        inputs=[IoSpecification("input", _frames(30, 40, 2))],
+        inputs=[IoSpecification("input", frames_of(30, 40, 2))],
         outputs=[IoSpecification("output", [Index(n, t, 0) for t in range(10, 20)
                                             for n in range(2)])])
     states = []
     for fast in (True, False):
-        b = ComputationGraphBuilder(nnet, use_shortcuts=fast)
+        b = graph_builder(nnet, fast)
         b.compute(_mixed_request(-20, 30))
         b.prune()
         assert b._bulk_pruned == fast
@@ -253,7 +226,7 @@ def test_multi_segment_after_vectorised_first_segment():
 
 
 def test_graph_arrays_match_the_lists():
-    nnet = _nnet(_MIXED)
+    nnet = _nnet(MIXED)
     b = ComputationGraphBuilder(nnet)
     b.compute(_mixed_request(-20, 30))
     b.prune()
@@ -277,24 +250,6 @@ def test_graph_arrays_match_the_lists():
 
 
 # -- real networks ------------------------------------------------------------------------
-
-def reference_random_cases():
-    """(name, network, request) of Kaldi's random test networks that have a
-    request (networks with a component type we lack are left out)."""
-    ref = reference_dir()
-    for d in sorted((ref / "random").iterdir()):
-        if not (d / "request.kaldi-text").is_file():
-            continue
-        nnet = Nnet()
-        try:
-            for cfg in sorted(d.glob("config*.txt"), key=lambda p: int(p.stem[6:])):
-                nnet.read_config(cfg.read_text(), str(cfg))
-        except PynnetError as e:
-            if "unknown component type" in str(e):
-                continue
-            raise
-        yield d.name, nnet, _parse_kaldi_request((d / "request.kaldi-text").read_text())
-
 
 def test_same_graph_on_kaldi_random_requests():
     """Kaldi's own test networks and requests (those it compiled)."""
@@ -328,9 +283,9 @@ def test_same_graph_on_recipe_networks(name: str):
     feedforward = BulkPlan(nnet).eligible
     # Two sequences, 8 output frames, input wide enough for any of these
     # networks (everything computable: the vectorised path for feed-forward ones).
-    inputs = [IoSpecification("input", _frames(-60, 70, 2))]
+    inputs = [IoSpecification("input", frames_of(-60, 70, 2))]
     if nnet.get_node_index("ivector") != -1:
-        inputs.append(IoSpecification("ivector", _frames(-60, 70, 2)))
+        inputs.append(IoSpecification("ivector", frames_of(-60, 70, 2)))
     out_frames = [Index(n, t, 0) for t in range(0, 8) for n in range(2)]
     if name.startswith("xvector"):
         out_frames = [Index(n, 0, 0) for n in range(2)]   # one embedding per sequence
@@ -341,7 +296,7 @@ def test_same_graph_on_recipe_networks(name: str):
 
 def test_same_graph_on_vosk_model(vosk_mdl: Path):
     from pynnet3.compile.request_io import build_request
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
 
     nnet = read_nnet(str(vosk_mdl))
     # Every node in bulk (TdnnComponent through its offsets hook): no per-cindex calls.
@@ -351,7 +306,7 @@ def test_same_graph_on_vosk_model(vosk_mdl: Path):
 
 
 # Offsets in t, n and x, Round() and ReplaceIndex(): every op of the
-# compiled closure (graph_bulk_jit.py); no Switch(), so it applies.
+# compiled closure (jit_bulk.py).
 _PROGRAMS = """
 input-node name=input dim=2
 input-node name=ivector dim=2
@@ -366,34 +321,26 @@ output-node name=output input=c
 """
 
 
-@pytest.mark.parametrize("t_range,num_seq", [((-10, 30), 1), ((-10, 30), 3), ((-500, 700), 2)])
-def test_compiled_closure_equals_the_numpy_levels(t_range, num_seq):
-    from pynnet3.compile import graph_bulk_jit
+def _closure_equals_the_numpy_levels(nnet: Nnet, request: ComputationRequest, what: str):
+    """The compiled closure runs (status OK) and gives the NumPy levels' graph."""
+    from pynnet3.compile.graph import jit_bulk
 
-    nnet = _nnet(_PROGRAMS)
     plan = BulkPlan(nnet)
-    assert plan.jit_tables is not None
-    request = ComputationRequest(
-        inputs=[IoSpecification("input", _frames(*t_range, num_seq)),
-                IoSpecification("ivector", [Index(n, 0, 0) for n in range(num_seq)])],
-        # Outputs spread out in t: the closure's box starts tight and must grow.
-        outputs=[IoSpecification("output", [Index(n, t, 0) for t in
-                                            range(t_range[0] + 8, t_range[1] - 8, 7)
-                                            for n in range(num_seq)])])
+    assert plan.jit_plan is not None
     calls = []
-    real = graph_bulk_jit._closure
+    real = jit_bulk._closure
 
     def spy(*args):
         result = real(*args)
         calls.append(int(result[0]))
         return result
-    graph_bulk_jit._closure = spy
+    jit_bulk._closure = spy
     try:
         fast = build_graph_bulk(plan, nnet, request)
     finally:
-        graph_bulk_jit._closure = real
-    assert calls == [graph_bulk_jit.OK]
-    plan.jit_tables = None
+        jit_bulk._closure = real
+    assert calls == [jit_bulk.OK]
+    plan.jit_plan = None
     slow = build_graph_bulk(plan, nnet, request)
     assert fast is not None and slow is not None
     for name in ("node", "n", "t", "x", "is_input", "dep_offsets", "dep_flat"):
@@ -405,7 +352,26 @@ def test_compiled_closure_equals_the_numpy_levels(t_range, num_seq):
     cols = [c.astype(np.int64) for c in (a.node, a.n, a.t, a.x)]
     assert np.array_equal(fast.index.lookup(*cols), slow.index.lookup(*cols))
     # And the whole builder (prune included) still equals the exact algorithm.
-    assert _assert_same(nnet, request, "programs")
+    assert _assert_same(nnet, request, what)
+
+
+@pytest.mark.parametrize("t_range,num_seq", [((-10, 30), 1), ((-10, 30), 3), ((-500, 700), 2)])
+def test_compiled_closure_equals_the_numpy_levels(t_range, num_seq):
+    nnet = _nnet(_PROGRAMS)
+    request = ComputationRequest(
+        inputs=[IoSpecification("input", frames_of(*t_range, num_seq)),
+                IoSpecification("ivector", [Index(n, 0, 0) for n in range(num_seq)])],
+        # Outputs spread out in t: the closure's box starts tight and must grow.
+        outputs=[IoSpecification("output", [Index(n, t, 0) for t in
+                                            range(t_range[0] + 8, t_range[1] - 8, 7)
+                                            for n in range(num_seq)])])
+    _closure_equals_the_numpy_levels(nnet, request, "programs")
+
+
+def test_compiled_closure_with_switch_and_failover():
+    """Switch(), Failover(), Const() and dim-range nodes: the same tables
+    jit_exact reads, so the compiled closure takes them too."""
+    _closure_equals_the_numpy_levels(_nnet(MIXED), _mixed_request(-20, 30), "mixed")
 
 
 def test_compiled_closure_declines_a_missing_input_frame():
@@ -413,7 +379,7 @@ def test_compiled_closure_declines_a_missing_input_frame():
     the exact algorithm's (some outputs not computable)."""
     nnet = _nnet(_PROGRAMS)
     request = ComputationRequest(
-        inputs=[IoSpecification("input", _frames(0, 10)),
+        inputs=[IoSpecification("input", frames_of(0, 10)),
                 IoSpecification("ivector", [Index(0, 0, 0)])],
         outputs=[IoSpecification("output", [Index(0, t, 0) for t in range(0, 10)])])
     assert build_graph_bulk(BulkPlan(nnet), nnet, request) is None

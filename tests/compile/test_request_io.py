@@ -15,7 +15,7 @@ from pynnet3.errors import FormatError, PynnetError
 from pynnet3.io.kaldi_io import KaldiReader, KaldiWriter
 from pynnet3.nnet.index import K_NO_TIME, Index
 from pynnet3.nnet.nnet import Nnet
-from tests.conftest import reference_dir
+from tests.helpers import reference_dir
 
 
 def _random_dirs() -> list[Path]:
@@ -190,7 +190,7 @@ def _printed_header(path: Path) -> str:
 def test_build_request_matches_kaldi_vosk_requests(vosk_mdl: Path, layout: str, frames: int,
                                                    factor: int) -> None:
     """The requests of the compile reference (Kaldi printed them before the computations)."""
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
 
     ref = reference_dir() / "compile"
     nnet = _vosk_nnet(vosk_mdl, read_nnet)

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from pynnet3 import fast_paths
 from pynnet3.compile.computation import (Command, CommandType, MatrixDebugInfo, NnetComputation,
                                          PrecomputedIndexesInfo)
 from pynnet3.compile.n_stride import (CINDEX_N_COL, INDEX_N_COL, CindexList, cindex_array,
@@ -30,7 +31,7 @@ from pynnet3.compile.shortcut import (ShortcutError, compile_via_shortcut, expan
                                       request_is_decomposable)
 from pynnet3.errors import PynnetError
 from pynnet3.nnet.index import Index
-from tests.compile.shortcut_helpers import assert_same_computation, kaldi_expanded_cases
+from tests.helpers_shortcut import assert_same_computation, kaldi_expanded_cases
 
 CT = CommandType
 
@@ -456,7 +457,7 @@ def test_expand_reproduces_kaldi_expansion(case: Path) -> None:
     contracting it to n in {0, 1} and expanding with pynnet3 gives it back."""
     from pynnet3.testing.kaldi_print_parser import UnparseableComputation, parse_kaldi_computation
     from pynnet3.compile.request_io import parse_printed_request
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
 
     nnet = read_nnet(str(case / "final.raw"))
     text = (case / "computation.txt").read_text()
@@ -476,7 +477,7 @@ def test_expand_reproduces_kaldi_expansion(case: Path) -> None:
     assert got.print(*names) == kaldi.print(*names)
 
 
-def test_find_n_stride_small_lists_match_arrays(monkeypatch):
+def test_find_n_stride_small_lists_match_arrays():
     """find_n_stride works on Python lists for short vectors; both versions
     must agree (regular layouts, near misses and random rows)."""
     import random
@@ -499,6 +500,6 @@ def test_find_n_stride_small_lists_match_arrays(monkeypatch):
                            (CINDEX_N_COL, np.array([(rng.randint(0, 2),) + r for r in rows]))):
             answers = []
             for small in (-1, 10 ** 9):
-                monkeypatch.setattr(ns, "_SMALL_ROWS", small)
-                answers.append(ns.find_n_stride(arr, n_col))
+                with fast_paths.override(n_stride_list_rows=small):
+                    answers.append(ns.find_n_stride(arr, n_col))
             assert answers[0] == answers[1], (rows, n_col)

@@ -15,7 +15,7 @@ from pynnet3.compile.computation import NnetComputation
 from pynnet3.compile.request import ComputationRequest, IoSpecification
 from pynnet3.compile.shortcut import compile_via_shortcut
 from pynnet3.nnet.index import Index
-from tests.compile.shortcut_helpers import assert_same_computation, kaldi_expanded_cases
+from tests.helpers_shortcut import assert_same_computation, kaldi_expanded_cases
 
 
 # -- against pynnet3's compiler (and executor) ----------------------------------------
@@ -115,7 +115,7 @@ def _check_shortcut_against_direct(nnet: Any, full: ComputationRequest, N: int,
 
 
 def _random_cases() -> list[Path]:
-    from tests.conftest import SHARED_REFERENCE
+    from tests.helpers import SHARED_REFERENCE
 
     root = SHARED_REFERENCE / "random"
     return sorted(d for d in root.iterdir() if (d / "final.raw").is_file()) \
@@ -137,7 +137,7 @@ def test_random_nets_shortcut_equals_direct(case: Path) -> None:
     """Kaldi's random test networks, its request widened to 3 sequences:
     expand(compile(mini)) is compile(full), and runs to the same numbers."""
     from pynnet3.compile.request_io import parse_printed_request
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
 
     nnet = read_nnet(str(case / "final.raw"))
     request = parse_printed_request((case / "request.txt").read_text())
@@ -151,7 +151,7 @@ def test_random_nets_shortcut_equals_direct(case: Path) -> None:
 @pytest.mark.parametrize("case", _random_cases(), ids=lambda p: p.name)
 def test_random_nets_shortcut_equals_direct_5(case: Path) -> None:
     from pynnet3.compile.request_io import parse_printed_request
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
 
     nnet = read_nnet(str(case / "final.raw"))
     request = parse_printed_request((case / "request.txt").read_text())
@@ -162,7 +162,7 @@ _FAST_CONFIGS = {"tdnn_xent_nnet3_wsj_1b", "tdnn_attention_swbd_1a"}
 
 
 def _config_cases() -> list:
-    from tests.conftest import SHARED_REFERENCE
+    from tests.helpers import SHARED_REFERENCE
 
     root = SHARED_REFERENCE / "configs"
     if not root.is_dir():
@@ -194,7 +194,7 @@ def test_recipe_configs_shortcut_equals_direct(case: Path) -> None:
 def test_vosk_tdnnf_shortcut_equals_direct(vosk_mdl: Path) -> None:
     """The real TDNN-F chain model: a 3-sequence chain-style training request."""
     from pynnet3.compile.request_io import build_request
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
 
     nnet = read_nnet(str(vosk_mdl))
     full = build_request(nnet, num_sequences=3, frames_per_chunk=8, frame_subsampling_factor=3,
@@ -216,7 +216,7 @@ def test_shortcut_pipeline_prints_as_kaldi(case: Path) -> None:
     computation Kaldi printed (Kaldi compiled these through its shortcut)."""
     from pynnet3.compile.compiler import Compiler, CompilerOptions
     from pynnet3.compile.request_io import parse_printed_request
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
     from pynnet3.optimize import OptimizeOptions, optimize
 
     nnet = read_nnet(str(case / "final.raw"))
@@ -236,7 +236,7 @@ def test_shortcut_pipeline_prints_as_kaldi(case: Path) -> None:
 
 def _vosk_anchor_rows() -> list:
     """Kaldi's compile anchors for 64-sequence vosk requests with the shortcut on."""
-    from tests.conftest import SHARED_REFERENCE
+    from tests.helpers import SHARED_REFERENCE
 
     path = SHARED_REFERENCE / "compile" / "compile_anchor_vosk.tsv"
     if not path.is_file():
@@ -262,7 +262,7 @@ def test_vosk_64_sequences_sizes_match_kaldi(row: dict, vosk_mdl: Path) -> None:
     optimize -> expand: Kaldi's command, matrix and element counts."""
     from pynnet3.compile.compiler import Compiler, CompilerOptions
     from pynnet3.compile.request_io import build_request
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
     from pynnet3.optimize import OptimizeOptions, optimize
 
     nnet = read_nnet(str(vosk_mdl))

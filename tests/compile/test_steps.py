@@ -16,7 +16,7 @@ from itertools import chain
 import numpy as np
 import pytest
 
-from pynnet3.compile.graph import ComputationGraphBuilder
+from pynnet3.compile.graph.builder import ComputationGraphBuilder
 from pynnet3.compile.request import ComputationRequest, IoSpecification
 from pynnet3.compile.steps import (compute_computation_phases, compute_computation_steps,
                                    compute_computation_steps_full,
@@ -26,7 +26,7 @@ from pynnet3.nnet.components.base import Prop
 from pynnet3.nnet.graph import compute_nnet_computation_epochs
 from pynnet3.nnet.index import K_NO_TIME, Index, print_indexes
 from pynnet3.nnet.nnet import Nnet, NodeType
-from tests.conftest import reference_dir
+from tests.helpers import reference_dir
 
 
 def _nnet(text: str) -> Nnet:
@@ -549,7 +549,7 @@ def _vosk_request(num_seq: int, last_t: int, stride: int) -> ComputationRequest:
 
 
 def _vosk_nnet(path) -> Nnet:
-    from pynnet3.nnet.am_nnet import read_mdl
+    from pynnet3.compile.am_nnet import read_mdl
 
     _, am, _ = read_mdl(str(path))
     return am.nnet

@@ -306,7 +306,7 @@ def rel_err(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.max(np.abs(a - b)) / max(float(np.max(np.abs(b))), 1e-20)) if b.size else 0.0
 
 def load_case(seed: str) -> tuple[Path, Nnet, NnetComputation]:
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
 
     d = reference_dir() / "random" / seed
     request = (d / "request.txt").read_text()
@@ -323,7 +323,7 @@ def load_case(seed: str) -> tuple[Path, Nnet, NnetComputation]:
 def check_vosk_computation_matches_nnet3_compute(vosk_mdl: Path) -> None:
     import kaldiio
 
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
     from pynnet3.nnet.utils import set_batchnorm_test_mode, set_dropout_test_mode
 
     ref = reference_dir()

@@ -12,7 +12,7 @@ import pytest
 
 from pynnet3.cache import CachingCompiler
 from pynnet3.compute.decodable import NnetSimpleComputationOptions, prepare_nnet_for_test
-from pynnet3.nnet.model_io import read_nnet
+from pynnet3.compile.model_io import read_nnet
 from pynnet3.nnet.nnet import Nnet
 from tests.helpers import reference_dir
 

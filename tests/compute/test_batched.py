@@ -107,7 +107,7 @@ def test_tiny_batched_equals_one_at_a_time(tiny: Nnet, fields: dict[str, Any],
 
 def test_vosk_batched_against_kaldi(vosk_mdl: Path) -> None:
     from pynnet3.compute.decodable import prepare_nnet_for_test
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
     from tests.helpers import reference_dir
 
     ref_dir = reference_dir() / "vosk_ko"

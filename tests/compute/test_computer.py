@@ -277,7 +277,7 @@ def test_vosk_backward_compression_is_lossless_here(vosk_mdl: Path) -> None:
     when only the ReLU's backprop reads them again, which loses nothing: the
     model gradient must be the same with compression emulated or skipped."""
     from pynnet3.nnet.components.base import set_random_seed
-    from pynnet3.nnet.model_io import nnet_bytes, read_nnet
+    from pynnet3.compile.model_io import nnet_bytes, read_nnet
     from pynnet3.nnet.utils import set_batchnorm_test_mode, set_dropout_test_mode
 
     ref = reference_dir()

@@ -28,7 +28,7 @@ from pynnet3.compute.decodable import (DecodableNnetSimple, NnetSimpleComputatio
                                        simple_nnet_context)
 from pynnet3.compute.utterances import read_model
 from pynnet3.errors import ConfigError, PynnetError
-from pynnet3.nnet.model_io import read_nnet
+from pynnet3.compile.model_io import read_nnet
 from pynnet3.nnet.nnet import Nnet
 from tests.compute.nnet3_compute_cases import (SMALL, SMALL_CI, TINY_CONFIG, assert_close,
                                                load_ark, new_compiler, parse_compute_command,
@@ -137,7 +137,7 @@ def test_ivector_errors(tiny: Nnet) -> None:
 def test_read_model_with_priors(tmp_path: Path) -> None:
     """--use-priors reads an .mdl; its priors are the ones written."""
     from pynnet3.io.kaldi_io import KaldiReader
-    from pynnet3.nnet.am_nnet import AmNnetSimple, write_mdl
+    from pynnet3.compile.am_nnet import AmNnetSimple, write_mdl
     from pynnet3.nnet.transition_model import TransitionModel
 
     nnet = Nnet()
@@ -160,7 +160,7 @@ def test_read_model_with_priors(tmp_path: Path) -> None:
     np.testing.assert_array_equal(got_priors, priors)
     assert got_nnet.output_dim("output") == num_pdfs
     with pytest.raises(PynnetError, match="use-priors"):
-        from pynnet3.nnet.model_io import write_nnet
+        from pynnet3.compile.model_io import write_nnet
 
         write_nnet(str(tmp_path / "final.raw"), nnet, True)
         read_model(str(tmp_path / "final.raw"), use_priors=True)

@@ -569,7 +569,7 @@ def _load_small(name: str) -> Nnet:
     path = os.path.join(SMALL, name, "1.raw")
     if not os.path.exists(path):
         pytest.skip("reference models absent")
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
 
     nnet = read_nnet(path)
     set_batchnorm_test_mode(True, nnet)

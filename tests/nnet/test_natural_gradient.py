@@ -24,7 +24,7 @@ import pytest
 from pynnet3.nnet.components.base import Prop
 from pynnet3.nnet.components.natural_gradient import OnlineNaturalGradient
 from pynnet3.nnet.index import Index
-from tests.conftest import reference_dir
+from tests.helpers import reference_dir
 
 # ---------------------------------------------------------------------------
 # Kaldi's OnlineNaturalGradientSimple: the estimator written directly from
@@ -317,7 +317,7 @@ def _replay_training(nnet, egs_path: str) -> tuple[float, float, list[float]]:
     ("merged.ark", "1.raw", -3.76715, 2003.0),
     ("shuffled_merged.ark", "1b.raw", -3.70998, 2003.5)])
 def test_replay_kaldi_training(egs: str, model: str, objf: float, weight: float) -> None:
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
 
     case = reference_dir() / "train" / "ngaffine_bn"
     nnet = read_nnet(str(case / "0.raw"))

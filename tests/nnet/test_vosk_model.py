@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import reference_dir
+from tests.helpers import reference_dir
 
 pytestmark = pytest.mark.network
 

@@ -20,7 +20,7 @@ from pynnet3.nnet.components.base import Prop
 from pynnet3.nnet.nnet import Nnet
 from pynnet3.optimize import pipeline
 from pynnet3.optimize.check import check_computation
-from tests.conftest import reference_dir
+from tests.helpers import reference_dir
 
 
 T = CommandType
@@ -212,7 +212,7 @@ def _random_seeds() -> list[str]:
 def _case(seed: str) -> tuple[Nnet, ComputationRequest, NnetComputation]:
     from pynnet3.compile.compiler import Compiler, CompilerOptions
     from pynnet3.compile.request_io import read_request_file
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
 
     d = reference_dir() / "random" / seed
     nnet = read_nnet(str(d / "final.raw"))
@@ -232,7 +232,7 @@ def _with_all_derivatives(request: ComputationRequest) -> ComputationRequest:
 @functools.lru_cache(maxsize=None)
 def _random_case(seed: str) -> tuple[Nnet, ComputationRequest, NnetComputation]:
     from pynnet3.compile.request_io import parse_printed_request
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
 
     d = reference_dir() / "random" / seed
     nnet = read_nnet(str(d / "final.raw"))

@@ -426,7 +426,7 @@ def test_speed_large_computation(nnet):
 # -- real computations ------------------------------------------------------------------
 
 def _random_dirs() -> list[Path]:
-    from tests.conftest import reference_dir
+    from tests.helpers import reference_dir
 
     return sorted(p for p in (reference_dir() / "random").iterdir() if (p / "final.raw").is_file())
 
@@ -468,7 +468,7 @@ def _drop_truncated_debug_info(comp: NnetComputation) -> NnetComputation:
 def test_checker_accepts_kaldi_optimized_computations():
     """Kaldi's own optimized computations are well formed: the checker must
     accept every one the parser can read (a test against false positives)."""
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
 
     accepted = 0
     with_backprop = 0
@@ -542,7 +542,7 @@ def test_analyzer_matches_naive_kaldi_algorithm():
     """On real computations (Kaldi's optimized ones and pynnet3's unoptimized
     ones), the vectorised analysis equals a plain per-command,
     per-variable transcription of Kaldi's algorithm."""
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
 
     compiler = pytest.importorskip("pynnet3.compile.compiler")
     from pynnet3.compile.request_io import read_request_file
@@ -579,7 +579,7 @@ def test_analyzer_matches_naive_kaldi_algorithm():
 def test_checker_catches_deletions_in_kaldi_computations():
     """Deleting any allocation, deallocation or input command of a real
     computation is always caught, and names a command."""
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
 
     tried = 0
     for d in _random_dirs()[:12]:
@@ -600,8 +600,8 @@ def test_vosk_kaldi_computations(vosk_mdl):
     """The vosk TDNN-F computations Kaldi printed (optimized, with and
     without derivatives) pass the checker."""
     parser = pytest.importorskip("pynnet3.testing.kaldi_print_parser")
-    from pynnet3.nnet.am_nnet import read_mdl
-    from tests.conftest import reference_dir
+    from pynnet3.compile.am_nnet import read_mdl
+    from tests.helpers import reference_dir
 
     nnet = read_mdl(str(vosk_mdl))[1].nnet
     checked = 0
@@ -621,7 +621,7 @@ def test_checker_accepts_unoptimized_compilations():
     pass the checker, including the before-optimization rewrite check."""
     compiler = pytest.importorskip("pynnet3.compile.compiler")
     from pynnet3.compile.request_io import read_request_file
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
 
     checked = 0
     for d in _random_dirs():
@@ -638,7 +638,7 @@ def test_checker_accepts_unoptimized_compilations():
 def test_checker_accepts_all_unoptimized_compilations():
     compiler = pytest.importorskip("pynnet3.compile.compiler")
     from pynnet3.compile.request_io import read_request_file
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
 
     for d in _random_dirs():
         nnet = read_nnet(str(d / "final.raw"))
@@ -653,7 +653,7 @@ def test_executor_write_sets_are_the_analysis_write_sets():
     from types import SimpleNamespace
 
     from pynnet3.compute.computer import NnetComputer
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
 
     compared = 0
     for d in _random_dirs()[:30]:

@@ -13,7 +13,7 @@ from pynnet3.nnet.nnet import Nnet
 from pynnet3.optimize import checking_hook, optimize
 from pynnet3.optimize.check import check_computation
 from pynnet3.optimize.options import OptimizeOptions
-from tests.conftest import SHARED_REFERENCE
+from tests.helpers import SHARED_REFERENCE
 
 CONFIGS = sorted((SHARED_REFERENCE / "configs").glob("*/ref.config")) if SHARED_REFERENCE.is_dir() else []
 # The x-vector network pools statistics over 10,000 frames: its graphs are

@@ -33,7 +33,7 @@ from pynnet3.optimize.variables import ComputationVariables
 from pynnet3.optimize.row_ops import (_leading_trailing, _leading_trailing_all,
                                       _special_structures, indexes_have_special_structure)
 from pynnet3.optimize.variable_merging import VariableMergingOptimizer
-from tests.conftest import reference_dir
+from tests.helpers import reference_dir
 
 T = CommandType
 
@@ -49,7 +49,7 @@ def _reference_or_skip():
 def _case(seed: str):
     from pynnet3.compile.compiler import Compiler, CompilerOptions
     from pynnet3.compile.request_io import read_request_file
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
 
     d = _reference_or_skip() / "random" / seed
     nnet = read_nnet(str(d / "final.raw"))

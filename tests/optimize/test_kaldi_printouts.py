@@ -13,7 +13,7 @@ from pynnet3.compile.request import ComputationRequest
 from pynnet3.nnet.nnet import Nnet
 from pynnet3.optimize import checking_hook, optimize
 from pynnet3.optimize.options import OptimizeOptions
-from tests.conftest import reference_dir
+from tests.helpers import reference_dir
 from tests.optimize.helpers import _case, _compile, _random_case, _random_seeds
 
 
@@ -106,7 +106,7 @@ def _vosk_request(nnet: Nnet, path: Path) -> ComputationRequest:
 
 @functools.lru_cache(maxsize=1)
 def _vosk_nnet(path: str) -> Nnet:
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
 
     return read_nnet(path)
 
@@ -171,7 +171,7 @@ _VOSK_LAYOUTS = {"every_t0-149": (150, 1), "stride3_t0-147_50frames": (50, 3),
 def _check_vosk_printout(vosk_mdl: Path, layout: str, deriv: int,
                          passes_that_matter: dict[str, OptimizeOptions]) -> None:
     from pynnet3.compile.request_io import build_request
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
     from pynnet3.optimize import optimize
 
     nnet = read_nnet(str(vosk_mdl))

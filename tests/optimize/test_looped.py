@@ -90,7 +90,7 @@ def test_create_looped_computation_request() -> None:
 def _check_looped_against_whole(nnet: Nnet, chunk: int, num_chunks: int = 5) -> NnetComputation:
     """compile_looped on a simple network, run chunk by chunk, against the
     whole-utterance computation on the same frames."""
-    from pynnet3.nnet.context import compute_simple_nnet_context
+    from pynnet3.compile.graph.context import compute_simple_nnet_context
     from pynnet3.optimize.compile_looped import create_looped_computation_request_simple
 
     r1, r2, r3 = create_looped_computation_request_simple(nnet, chunk, 1, chunk, 0, 0, 1)
@@ -155,8 +155,8 @@ def test_compile_looped_kaldi_random_networks(seed: str) -> None:
 def test_compile_looped_vosk(vosk_mdl: Path) -> None:
     """The real TDNN-F model as online decoding compiles it (i-vector period
     = chunk size, frame subsampling 3): chunked = whole utterance."""
-    from pynnet3.nnet.context import compute_simple_nnet_context
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.graph.context import compute_simple_nnet_context
+    from pynnet3.compile.model_io import read_nnet
     from pynnet3.nnet.utils import set_batchnorm_test_mode, set_dropout_test_mode
     from pynnet3.optimize.compile_looped import create_looped_computation_request_simple
 

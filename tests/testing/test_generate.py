@@ -17,7 +17,7 @@ import pytest
 from pynnet3.compile.compiler import Compiler
 from pynnet3.nnet.components.base import set_random_seed
 from pynnet3.nnet.config_line import ConfigLine
-from pynnet3.nnet.context import compute_simple_nnet_context, is_simple_nnet
+from pynnet3.compile.graph.context import compute_simple_nnet_context, is_simple_nnet
 from pynnet3.nnet.index import Index
 from pynnet3.testing.generate import (NETWORK_TYPE_NAMES, NnetGenerationOptions,
                                       compute_example_computation_request_simple,
@@ -29,7 +29,7 @@ from pynnet3.testing.generate import (NETWORK_TYPE_NAMES, NnetGenerationOptions,
 from pynnet3.testing.random_component import (NUM_COMPONENT_CASES,
                                                generate_random_component_config,
                                                generate_random_simple_component)
-from tests.conftest import reference_dir
+from tests.helpers import reference_dir
 
 RECURRENT = {"rnn", "rnn_clockwork", "lstm", "lstm_with_truncation"}
 

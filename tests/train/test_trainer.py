@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pynnet3.nnet.model_io import read_nnet
+from pynnet3.compile.model_io import read_nnet
 from pynnet3.nnet.nnet import ObjectiveType
 from pynnet3.nnet.utils import set_batchnorm_test_mode
 from pynnet3.train.diagnostics import NnetComputeProb, NnetComputeProbOptions

@@ -38,9 +38,9 @@ def command(binary: bool, raw: bool, set_raw_nnet: str, args: tuple[str, ...],
             **kw: Any) -> None:
     check_num_args(args, (2,))
     from .. import log
-    from ..nnet.am_nnet import read_mdl, write_mdl
+    from ..compile.am_nnet import read_mdl, write_mdl
     from ..nnet.edit import edit_nnet
-    from ..nnet.model_io import read_nnet, write_nnet
+    from ..compile.model_io import read_nnet, write_nnet
 
     trans_model, am_nnet, _ = read_mdl(args[0])
     if set_raw_nnet:

@@ -21,7 +21,7 @@ See also: nnet3-info"""
 @click.argument("args", nargs=-1)
 def command(args: tuple[str, ...]) -> None:
     check_num_args(args, (1,))
-    from ..nnet.am_nnet import read_mdl
+    from ..compile.am_nnet import read_mdl
 
     _, am_nnet, _ = read_mdl(args[0])
     sys.stdout.write(am_nnet.info())

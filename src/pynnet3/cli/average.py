@@ -29,7 +29,7 @@ def command(binary: bool, weights: str, num_threads: int, args: tuple[str, ...])
         raise click.UsageError(f"wrong number of arguments: got {len(args)}, expected at "
                                "least 2")
     from .. import log
-    from ..nnet.model_io import write_nnet
+    from ..compile.model_io import write_nnet
     from ..train.average import average_nnets, get_weights
 
     inputs = list(args[:-1])

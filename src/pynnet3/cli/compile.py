@@ -71,7 +71,7 @@ def command(num_sequences: int, frames_per_chunk: int, extra_left_context: int,
     from ..compile.computation_io import computation_to_bytes
     from ..compile.request_io import build_request, read_request_file
     from ..io.kaldi_io import write_wxfilename
-    from ..nnet.model_io import read_nnet
+    from ..compile.model_io import read_nnet
 
     nnet = read_nnet(args[0])
     if request_file:

@@ -35,7 +35,7 @@ def command(batchnorm_test_mode: bool, dropout_test_mode: bool, collapse_model: 
     from ..compute.computer import NnetComputeOptions
     from ..nnet.collapse import CollapseModelConfig
     from ..nnet.collapse import collapse_model as collapse
-    from ..nnet.model_io import read_nnet
+    from ..compile.model_io import read_nnet
     from ..nnet.utils import set_batchnorm_test_mode, set_dropout_test_mode
     from ..train.diagnostics import NnetComputeProb
     from ..train.egs import iter_examples

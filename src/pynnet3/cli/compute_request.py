@@ -49,7 +49,7 @@ def command(args: tuple[str, ...], **kw: Any) -> None:
     from ..compile.request_io import read_request_file
     from ..compute.request_run import compute_request, required_input_names
     from ..errors import PynnetError
-    from ..nnet.model_io import read_nnet, write_nnet
+    from ..compile.model_io import read_nnet, write_nnet
     from ..io.table import MATRIX_HOLDER, SequentialTableReader, TableWriter
 
     nnet_rxfilename, request_rxfilename, inputs_rspecifier, outputs_wspecifier = args

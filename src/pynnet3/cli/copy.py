@@ -29,7 +29,7 @@ def command(binary: bool, args: tuple[str, ...], **kw: Any) -> None:
     check_num_args(args, (2,))
     from .. import log
     from ..nnet.edit import edit_nnet
-    from ..nnet.model_io import read_nnet, write_nnet
+    from ..compile.model_io import read_nnet, write_nnet
 
     nnet = read_nnet(args[0])
     edit_nnet(nnet, options_from(NnetEditOptions, kw))

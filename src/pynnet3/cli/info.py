@@ -29,13 +29,12 @@ def command(args: tuple[str, ...]) -> None:
     from ..compile.computation_io import computation_from_bytes, is_computation_file
     from ..errors import UsageError
     from ..io.kaldi_io import read_rxfilename
-    from ..nnet.model_io import nnet_from_bytes
 
     data = read_rxfilename(args[-1])
     if not is_computation_file(data):
         if len(args) == 2:
             raise UsageError(f"{args[1]} is not a computation written by nnet3-compile")
-        sys.stdout.write(nnet_from_bytes(data, args[0]).info())
+        sys.stdout.write(nnet_info(nnet_from_bytes(data, args[0])))
         sys.stdout.flush()
         return
     computation = computation_from_bytes(data, args[-1])

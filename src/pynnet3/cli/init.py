@@ -28,7 +28,7 @@ def command(binary: bool, srand: int, args: tuple[str, ...]) -> None:
     from .. import log
     from ..io.kaldi_io import read_rxfilename
     from ..nnet.components.base import set_random_seed
-    from ..nnet.model_io import read_nnet, write_nnet
+    from ..compile.model_io import read_nnet, write_nnet
     from ..nnet.nnet import Nnet
 
     set_random_seed(srand)

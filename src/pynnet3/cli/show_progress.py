@@ -34,7 +34,7 @@ def command(num_segments: int, use_gpu: str, args: tuple[str, ...], **kwargs: An
     if num_segments < 1:
         raise click.UsageError("--num-segments must be at least 1")
     from ..compute.computer import NnetComputeOptions
-    from ..nnet.model_io import read_nnet
+    from ..compile.model_io import read_nnet
     from ..train.egs import iter_examples
     from ..train.show_progress import show_progress
 

@@ -53,7 +53,7 @@ def command(srand: int, binary: bool, use_gpu: str, args: tuple[str, ...], **kwa
     from ..compute.backend import select_backend
     from ..compute.computer import NnetComputeOptions
     from ..nnet.components.base import set_random_seed
-    from ..nnet.model_io import read_nnet, write_nnet
+    from ..compile.model_io import read_nnet, write_nnet
     from ..train.egs import iter_examples
     from ..train.kaldi_random import GlibcRand
     from ..train.trainer import NnetTrainer

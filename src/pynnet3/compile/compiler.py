@@ -15,8 +15,8 @@ A port of Kaldi's Compiler (nnet-compile.{h,cc}).  The work is:
    will not read afterwards; then move input/output commands to the edges of
    each segment (Kaldi's ConsolidateIoOperations) and attach debug info.
 
-The Descriptor-specific code (input locations, row commands) lives in
-compiler_descriptor.py.
+The Descriptor-specific code below one SumDescriptor (input locations, row
+commands) is in descriptor_commands.py.
 """
 from __future__ import annotations
 
@@ -31,14 +31,14 @@ from ..nnet.components.base import Prop, UpdatableComponent
 from ..nnet.index import Index
 from ..nnet.nnet import NodeType
 from ..nnet.properties_cache import component_properties, component_properties_cached
-from .compile_utils import PairLists
-from .compiler_descriptor import (CindexTable, compile_backward_from_step_locations,
+from .split_locations import PairLists
+from .descriptor_commands import (CindexTable, compile_backward_from_step_locations,
                                   compile_forward_from_step_locations,
                                   compute_input_locations_lists, split_by_scale)
 from .computation import (Command, CommandType, MatrixDebugInfo, NnetComputation, make_command,
                           PrecomputedIndexesInfo, StrideType)
-from .graph import ComputationGraphBuilder
-from .graph_types import ComputationGraph
+from .graph.builder import ComputationGraphBuilder
+from .graph.computation_graph import ComputationGraph
 from .n_stride import CindexList, IndexList
 from .request import ComputationRequest
 from .steps import compute_computation_phase_arrays, compute_computation_steps_full

@@ -16,14 +16,13 @@ Everything here is vectorised: the vectors are arrays with columns
 """
 from __future__ import annotations
 
-import contextlib
-import gc
 import itertools
 import operator
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
 
+from .. import fast_paths
 from ..nnet.index import Index
 # The array-backed lists live beside the Index type (components use them
 # too); they are re-exported here, where the expander introduced them.
@@ -36,23 +35,6 @@ _SECOND = operator.itemgetter(1)
 # Column of 'n' in an index array (n, t, x) and in a cindex array (node, n, t, x).
 INDEX_N_COL = 0
 CINDEX_N_COL = 1
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector while many small tuples are made.
-
-    Making a million Index tuples otherwise triggers repeated full
-    collections whose cost grows with the heap; the tuples form no cycles,
-    so nothing is lost by collecting later.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def index_array(indexes: Sequence[Index]) -> np.ndarray:
@@ -89,7 +71,7 @@ def find_n_stride(arr: np.ndarray, n_col: int, full_check: bool = True) -> int:
     size = arr.shape[0]
     if size == 0:
         raise ValueError("find_n_stride: empty vector of indexes")
-    if size <= _SMALL_ROWS:
+    if size <= fast_paths.current().n_stride_list_rows:
         return _find_n_stride_small(arr.tolist(), n_col)
     n = arr[:, n_col]
     num_n = int(n[-1]) + 1
@@ -115,11 +97,10 @@ def find_n_stride(arr: np.ndarray, n_col: int, full_check: bool = True) -> int:
     return n_stride if _stride_is_consistent(others, n, num_n, n_stride) else 0
 
 
-# Up to this many rows find_n_stride works on Python lists: the mini
-# computation of a recurrent network has hundreds of matrices of a few rows,
-# where the array version's NumPy calls cost more than the work.
-_SMALL_ROWS = 24
-
+# Up to fast_paths.current().n_stride_list_rows rows find_n_stride works on
+# Python lists: the mini computation of a recurrent network has hundreds of
+# matrices of a few rows, where the array version's NumPy calls cost more
+# than the work.
 
 def _find_n_stride_small(rows: list[list[int]], n_col: int) -> int:
     """find_n_stride on a short list of rows (same algorithm, same answer)."""

@@ -417,7 +417,7 @@ def build_request(nnet: "Nnet", num_sequences: int = 1, frames_per_chunk: int = 
     overrides the network's (left, right) context, which is otherwise found
     with compute_simple_nnet_context.
     """
-    from ..nnet.context import compute_simple_nnet_context
+    from .graph.context import compute_simple_nnet_context
 
     if num_sequences < 1 or frames_per_chunk < 1 or frame_subsampling_factor < 1:
         raise PynnetError("build_request: num_sequences, frames_per_chunk and "

@@ -32,8 +32,6 @@ graph at the end.
 """
 from __future__ import annotations
 
-import gc
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
@@ -44,13 +42,14 @@ from ..errors import PynnetError
 from ..nnet.components.base import Prop
 from ..nnet.graph import compute_nnet_computation_epochs
 from ..nnet.index import K_NO_TIME, Index, index_columns
+from ..nnet.index_lists import gc_paused
 from ..nnet.nnet import NodeType
 from ..nnet.properties_cache import component_properties
-from .graph_bulk import uses_default_hooks
-from .graph_types import ComputationGraph, GraphArrays
+from .graph.computation_graph import ComputationGraph, GraphArrays
+from .graph.programs import uses_default_hooks
 from .n_stride import IndexList
 from .request import ComputationRequest
-from .steps_table import _CindexTable  # noqa: F401 (compiler_descriptor.py imports it here)
+from .steps_table import CindexKeys
 from .steps_jit import NO_START, STUCK, phases_for_epoch_jit
 from .steps_jit import OK as OK_PHASES
 
@@ -77,23 +76,6 @@ def _dependencies_of(arrays: GraphArrays, ids: np.ndarray) -> tuple[np.ndarray, 
     first = np.repeat(starts - (np.cumsum(lens) - lens), lens)
     flat = arrays.dep_flat[first + np.arange(total, dtype=_INT64)].astype(_INT64)
     return np.repeat(ids, lens), flat
-
-
-@contextmanager
-def _gc_paused():
-    """Pause the cyclic garbage collector for a block that allocates many tuples.
-
-    A large graph holds millions of live tuples; the full collections that
-    new Index objects (from components' reorder_indexes) set off would walk
-    all of them again and again.  Nothing here creates reference cycles.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 # -- phases ------------------------------------------------------------------------------
@@ -245,7 +227,7 @@ class ComputationStepsComputer:
         # The graph as columns; cindexes the steps add (padding rows,
         # dim-range rows) are kept here and given to the graph at the end.
         self._arrays = graph.arrays()
-        self._table = _CindexTable(self._arrays, num_nodes)
+        self._table = CindexKeys(self._arrays, num_nodes)
         num = self._table.num
         self._num_total = num
         self._added: dict[tuple[int, int, int, int], int] = {}
@@ -682,7 +664,7 @@ def compute_computation_steps_full(
     ``phases``: :func:`compute_computation_phases` of the same graph.
     """
     reqs, phase_list = _as_segments(requests, phases)
-    with _gc_paused():
+    with gc_paused():
         computer = ComputationStepsComputer(nnet, graph)
         for request, segment_phases in zip(reqs, phase_list):
             computer.compute_for_segment(request, segment_phases)

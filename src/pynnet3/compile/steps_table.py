@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import PynnetError
 from ..nnet.index import K_NO_TIME
-from .graph_types import GraphArrays
+from .graph.computation_graph import GraphArrays
 
 _INT64 = np.int64
 
@@ -67,7 +67,7 @@ class _Column:
         return codes, (None if ok.all() else ok)
 
 
-class _CindexTable:
+class CindexKeys:
     """The cindexes present when the steps computer starts, as sortable keys.
 
     ``key = ((node * T + t) * X + x) * N + n`` (fields coded by _Column), so

@@ -158,7 +158,7 @@ def simple_nnet_context(compiler: "CachingCompiler") -> tuple[int, int]:
         return _CONTEXTS[compiler]
     except (KeyError, TypeError):
         pass
-    from ..nnet.context import compute_simple_nnet_context
+    from ..compile.graph.context import compute_simple_nnet_context
 
     ans = compute_simple_nnet_context(compiler.nnet)
     try:
@@ -196,7 +196,7 @@ class DecodableNnetSimple:
                  feats: np.ndarray, compiler: "CachingCompiler",
                  ivector: np.ndarray | None = None, online_ivectors: np.ndarray | None = None,
                  online_ivector_period: int = 1, backend: Any = "reference") -> None:
-        from ..nnet.context import is_simple_nnet
+        from ..compile.graph.context import is_simple_nnet
 
         self.nnet = nnet
         self.output_dim = nnet.output_dim("output")

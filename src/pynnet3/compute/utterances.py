@@ -117,7 +117,7 @@ def read_model(rxfilename: str, use_priors: bool) -> tuple[Any, np.ndarray]:
     """(network, priors): a raw network and no priors, or with ``use_priors``
     the network and priors of an ``.mdl`` (TransitionModel + AmNnetSimple)."""
     if use_priors:
-        from ..nnet.am_nnet import read_mdl
+        from ..compile.am_nnet import read_mdl
 
         try:
             _, am, _ = read_mdl(rxfilename)
@@ -125,7 +125,7 @@ def read_model(rxfilename: str, use_priors: bool) -> tuple[Any, np.ndarray]:
             raise PynnetError(f"--use-priors=true needs an .mdl file (transition model + "
                               f"acoustic model): {e}") from e
         return am.nnet, np.asarray(am.priors, dtype=np.float32)
-    from ..nnet.model_io import read_nnet
+    from ..compile.model_io import read_nnet
 
     return read_nnet(rxfilename), np.zeros(0, dtype=np.float32)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Sequence
 
 from ..errors import ConfigError, PynnetError
+from .components.base import Prop
 from .index import Index
 
 if TYPE_CHECKING:
@@ -25,16 +26,13 @@ Graph = list[list[int]]
 
 def _node_dependencies(nnet: "Nnet", n: int) -> list[int]:
     """Nodes that node ``n`` reads from (any time offset), sorted and unique."""
-    from .nnet import NodeType
-
     node = nnet.nodes[n]
-    t = node.node_type
-    if t is NodeType.INPUT:
+    if nnet.is_input_node(n):
         return []
-    if t is NodeType.DESCRIPTOR:
+    if nnet.is_descriptor_node(n):
         assert node.descriptor is not None
         return sorted(set(node.descriptor.get_node_dependencies()))
-    if t is NodeType.COMPONENT:
+    if nnet.is_component_node(n):
         return [n - 1]
     return [node.node_index]
 
@@ -231,16 +229,12 @@ def _instantaneous_dependencies(nnet: "Nnet", n: int) -> list[int]:
     would wait for itself.  Edges through time offsets (``Offset(x, -1)``)
     are left out, which is what makes recurrent networks legal.
     """
-    from .components.base import Prop
-    from .nnet import NodeType
-
     node = nnet.nodes[n]
-    t = node.node_type
-    if t is NodeType.INPUT:
+    if nnet.is_input_node(n):
         return []
-    if t is NodeType.DIM_RANGE:
+    if nnet.is_dim_range_node(n):
         return [node.node_index]
-    if t is NodeType.DESCRIPTOR:
+    if nnet.is_descriptor_node(n):
         desc = node.descriptor
         assert desc is not None
         # Switch() picks its source by t modulo its period: try each phase.

@@ -424,8 +424,6 @@ class Nnet:
             raise ConfigError("the network has no input-node")
         if num_outputs == 0:
             raise ConfigError("the network has no output-node")
-        from .graph import check_no_instantaneous_cycles
-
         check_no_instantaneous_cycles(self)
 
     # -- model files -------------------------------------------------------------
@@ -487,13 +485,9 @@ class Nnet:
 
     # -- summary ---------------------------------------------------------------
     def info(self) -> str:
-        from .context import compute_simple_nnet_context, is_simple_nnet
-
+        """What ``nnet3-info`` prints after the context lines (those need
+        computation graphs: ``compile.graph.context.nnet_info`` adds them)."""
         out = []
-        if is_simple_nnet(self):
-            left, right = compute_simple_nnet_context(self)
-            out.append(f"left-context: {left}\n")
-            out.append(f"right-context: {right}\n")
         out.append(f"num-parameters: {self.num_parameters()}\n")
         out.append(f"modulus: {self.modulus()}\n")
         out.extend(line + "\n" for line in self.get_config_lines(include_dim=True))

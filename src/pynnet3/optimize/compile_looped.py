@@ -133,7 +133,7 @@ def create_looped_computation_request_simple(
     """Kaldi's CreateLoopedComputationRequestSimple: as
     :func:`create_looped_computation_request` with the network's own
     context added to the extra context."""
-    from ..nnet.context import compute_simple_nnet_context
+    from ..compile.graph.context import compute_simple_nnet_context
 
     left_context, right_context = compute_simple_nnet_context(nnet)
     return create_looped_computation_request(

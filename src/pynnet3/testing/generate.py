@@ -30,7 +30,7 @@ from .. import log
 from ..compile.request import ComputationRequest, IoSpecification
 from ..errors import PynnetError
 from ..nnet.components.base import Prop
-from ..nnet.context import compute_simple_nnet_context, is_simple_nnet
+from ..compile.graph.context import compute_simple_nnet_context, is_simple_nnet
 from ..nnet.graph import graph_has_cycles, nnet_to_directed_graph
 from ..nnet.index import Index
 from ..nnet.nnet import Nnet

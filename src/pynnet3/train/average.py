@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import log
 from ..errors import PynnetError
-from ..nnet.model_io import read_nnet
+from ..compile.model_io import read_nnet
 from ..nnet.nnet import Nnet
 from .nnet_update import add_nnet, scale_nnet
 

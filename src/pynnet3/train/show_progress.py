@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from .. import log
+from ..compile.graph.context import is_simple_nnet, nnet_info
 from ..errors import PynnetError
 from ..nnet.components.base import fmt_g
-from ..nnet.context import is_simple_nnet
 from .diagnostics import NnetComputeProb, NnetComputeProbOptions
 from .nnet_update import (add_nnet, component_dot_products, num_updatable_components,
                           print_vector_per_updatable_component, scale_nnet)
@@ -77,7 +77,7 @@ def show_progress(nnet1: "Nnet", nnet2: "Nnet", examples: Sequence["NnetExample"
     add_nnet(nnet2, -1.0, diff_nnet)
     if log.verbose_level() >= 1:
         log.vlog(1, "Printing info for the difference between the neural nets: "
-                    + diff_nnet.info())
+                    + nnet_info(diff_nnet))
     dot_prod = np.sqrt(component_dot_products(diff_nnet, diff_nnet)).astype(F32)
     log.log("Parameter differences per layer are "
             + print_vector_per_updatable_component(nnet1, dot_prod))

@@ -346,7 +346,7 @@ class Component:
 
     def get_input_index_offsets(self) -> list[tuple[int, int, int]] | None:
         """get_input_indexes() and is_computable() in bulk form (for the
-        vectorised graph builder, compile/graph_bulk.py).
+        vectorised graph builder, compile/graph/bulk.py).
 
         Return offsets ``(dn, dt, dx)`` only if, for every output Index whose
         t is not kNoTime, get_input_indexes() lists that Index plus each

@@ -1,6 +1,7 @@
 """The context of feed-forward networks from what each output frame reads
-(pynnet3.nnet.context_fast) must equal Kaldi's graph-based answer, which
-compute_simple_nnet_context(use_graph=True) still computes:
+(pynnet3.compile.graph.context_reads) must equal Kaldi's graph-based answer, which
+compute_simple_nnet_context still computes with
+``fast_paths.override(context_from_reads=False)``:
 
 * hand-made networks for each kind of dependency: Offset, Append, Sum,
   Scale, Const, ReplaceIndex (a fixed iVector frame), Round and Switch (a
@@ -17,11 +18,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pynnet3.nnet.context import compute_simple_nnet_context, is_simple_nnet
-from pynnet3.nnet.context_fast import output_reads
+from pynnet3 import fast_paths
+from pynnet3.compile.graph.context import compute_simple_nnet_context, is_simple_nnet
+from pynnet3.compile.graph.context_reads import output_reads
 from pynnet3.nnet.nnet import Nnet
 from pynnet3.testing.generate import generate_config_sequence, nnet_from_configs
-from tests.conftest import reference_dir
+from tests.helpers import reference_dir
 
 HEAD = "input-node name=input dim=4\ninput-node name=ivector dim=3\n"
 
@@ -33,7 +35,9 @@ def nnet_of(body: str) -> Nnet:
 
 
 def both(nnet: Nnet) -> tuple[tuple[int, int], tuple[int, int]]:
-    return compute_simple_nnet_context(nnet), compute_simple_nnet_context(nnet, use_graph=True)
+    with fast_paths.override(context_from_reads=False):
+        graphs = compute_simple_nnet_context(nnet)
+    return compute_simple_nnet_context(nnet), graphs
 
 
 FAST_CASES = {
@@ -144,7 +148,7 @@ def _reference_networks() -> list[str]:
 
 @pytest.mark.slow
 def test_reference_networks() -> None:
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
 
     fast = 0
     for path in _reference_networks():
@@ -160,7 +164,7 @@ def test_reference_networks() -> None:
 
 
 def test_vosk_is_fast(vosk_mdl: object) -> None:
-    from pynnet3.nnet.model_io import read_nnet
+    from pynnet3.compile.model_io import read_nnet
 
     nnet = read_nnet(str(vosk_mdl))
     assert output_reads(nnet, nnet.modulus()) is not None

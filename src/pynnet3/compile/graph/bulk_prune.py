@@ -1,14 +1,13 @@
-"""Pruning, and per-cindex hooks, for the vectorised graph builder (graph_bulk.py).
+"""Prune() of a graph built by :mod:`.bulk`: an acceleration of
+:meth:`.builder.ComputationGraphBuilder.prune` (the reference), same result.
 
 Kaldi's Prune() keeps the dependencies each cindex really uses and then the
 cindexes the outputs need (plus the inputs), renumbered.  On a graph from
-:func:`~pynnet3.compile.graph_bulk.build_graph_bulk` everything is
+:func:`~pynnet3.compile.graph.bulk.build_graph_bulk` everything is
 computable, so a Descriptor uses every dependency except those in the second
 branch of a ``Failover()`` and a component with its own hooks says what it
-uses; when nothing is dropped, everything is needed.
-
-Components (and Descriptors) that the builder cannot vectorise are asked
-here once per cindex, with a membership test over the finished graph.
+uses; when nothing is dropped, everything is needed.  Components (and
+Descriptors) that :mod:`.bulk` cannot vectorise are asked once per cindex.
 """
 from __future__ import annotations
 
@@ -16,91 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from ..nnet.index import Index
-from .graph_bulk import (_KIND_GENERIC_COMPONENT, _KIND_GENERIC_DESCRIPTOR, _KIND_INPUT,
-                         _KIND_TERMS, BulkGraph, BulkPlan, _Fallback, _NodePlan)
-from .graph_types import GraphArrays
+from ...nnet.index import Index
+from .bulk import (KIND_INPUT, KIND_TERMS, BulkGraph, BulkPlan, Fallback, NodeSets,
+                   hook_is_computable)
+from .computation_graph import GraphArrays
 
 _I64 = np.int64
 _new_index = tuple.__new__
-
-
-class _NodeSets:
-    """Membership in the finished (all computable) graph, for per-cindex hooks."""
-
-    def __init__(self, arrays: GraphArrays) -> None:
-        self._arrays = arrays
-        self._sets: dict[int, set] = {}
-
-    def of(self, node: int) -> set:
-        s = self._sets.get(node)
-        if s is None:
-            a = self._arrays
-            sel = np.flatnonzero(a.node == node)
-            s = set(zip(a.n[sel].tolist(), a.t[sel].tolist(), a.x[sel].tolist()))
-            self._sets[node] = s
-        return s
-
-    def index_set(self, node: int) -> "_IndexSetView":
-        return _IndexSetView(self.of(node))
-
-    def cindex_set(self) -> "_CindexSetView":
-        return _CindexSetView(self)
-
-
-class _IndexSetView:
-    __slots__ = ("_s",)
-
-    def __init__(self, s: set) -> None:
-        self._s = s
-
-    def __contains__(self, index: Any) -> bool:
-        return tuple(index) in self._s
-
-    __call__ = __contains__
-
-
-class _CindexSetView:
-    __slots__ = ("_sets",)
-
-    def __init__(self, sets: _NodeSets) -> None:
-        self._sets = sets
-
-    def __contains__(self, cindex: Any) -> bool:
-        node, index = cindex
-        return tuple(index) in self._sets.of(node)
-
-    __call__ = __contains__
-
-
-def _hook_is_computable(p: _NodePlan, nd: int, index: Index, sets: _NodeSets, misc: Any,
-                        want_used: bool) -> tuple[bool, list]:
-    """Ask a per-cindex hook; ``used`` as (node, n, t, x) rows."""
-    if p.kind == _KIND_GENERIC_COMPONENT:
-        ok, used = p.hook.is_computable(misc, index, sets.index_set(nd - 1))
-        return bool(ok), [(nd - 1,) + tuple(i) for i in used] if want_used else []
-    used_set: set | None = set() if want_used else None
-    ok = p.hook.is_computable(index, sets.cindex_set(), used_set)
-    return bool(ok), [(c[0],) + tuple(c[1]) for c in used_set] if want_used else []
-
-
-def hooks_agree_computable(plan: BulkPlan, arrays: GraphArrays, misc_info: Any) -> bool:
-    """True if every cindex of a node with per-cindex hooks is computable from
-    (all of) the graph; then, the graph being acyclic, everything is."""
-    sets = _NodeSets(arrays)
-    for nd, p in enumerate(plan.plans):
-        if p.kind not in (_KIND_GENERIC_COMPONENT, _KIND_GENERIC_DESCRIPTOR):
-            continue
-        sel = np.flatnonzero(arrays.node == nd)
-        try:
-            for row in zip(arrays.n[sel].tolist(), arrays.t[sel].tolist(),
-                           arrays.x[sel].tolist()):
-                if not _hook_is_computable(p, nd, _new_index(Index, row), sets,
-                                           misc_info, False)[0]:
-                    return False
-        except Exception:   # the exact algorithm decides what this means
-            return False
-    return True
 
 
 # -- pruning -----------------------------------------------------------------------------------
@@ -122,21 +43,21 @@ def prune_bulk(plan: BulkPlan, bulk: BulkGraph, misc_info: Any) -> GraphArrays |
     # 1. Dependencies actually used.  Only Failover() second branches and
     # components with their own hooks drop any.
     replaced: dict[int, np.ndarray] = {}     # node -> new (parent, dep) edge rows
-    sets: _NodeSets | None = None
+    sets: NodeSets | None = None
     for nd, p in enumerate(plan.plans):
-        if p.kind == _KIND_INPUT or (p.kind == _KIND_TERMS and p.all_used):
+        if p.kind == KIND_INPUT or (p.kind == KIND_TERMS and p.all_used):
             continue
         sel = np.flatnonzero((a.node == nd) & ~a.is_input)
         if not sel.size:
             continue
-        if p.kind == _KIND_TERMS:
+        if p.kind == KIND_TERMS:
             cols = [np.asarray(c, dtype=_I64) for c in (a.n[sel], a.t[sel], a.x[sel])]
             parts = []
             for term, used in p.terms:
                 if used:
                     try:
                         dep_node, dep_n, dep_t, dep_x = term(*cols)
-                    except _Fallback:    # (cannot happen: build_graph_bulk made them)
+                    except Fallback:    # (cannot happen: build_graph_bulk made them)
                         return None
                     dep_node = np.broadcast_to(np.asarray(dep_node, dtype=_I64), dep_n.shape)
                     parts.append((dep_node, dep_n, dep_t, dep_x))
@@ -149,13 +70,13 @@ def prune_bulk(plan: BulkPlan, bulk: BulkGraph, misc_info: Any) -> GraphArrays |
                 e_cols = [e_node] * 3
         else:
             if sets is None:
-                sets = _NodeSets(a)
+                sets = NodeSets(a)
             rows = []
             try:
                 for c, row in zip(sel.tolist(), zip(a.n[sel].tolist(), a.t[sel].tolist(),
                                                     a.x[sel].tolist())):
-                    ok, used = _hook_is_computable(p, nd, _new_index(Index, row), sets,
-                                                   misc_info, True)
+                    ok, used = hook_is_computable(p, nd, _new_index(Index, row), sets,
+                                                  misc_info, True)
                     if not ok:
                         return None
                     rows.extend((c,) + u for u in used)

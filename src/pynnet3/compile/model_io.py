@@ -1,9 +1,13 @@
-"""Reading and writing whole model files (``.raw`` and ``.mdl``), text or binary."""
+"""Reading and writing whole model files (``.raw`` and ``.mdl``), text or binary.
+
+(Here rather than in ``nnet``: reading an ``.mdl`` recomputes its context,
+which builds computation graphs; see :mod:`.am_nnet`.)
+"""
 from __future__ import annotations
 
 from ..io.kaldi_io import (BINARY_HEADER, KaldiReader, KaldiWriter, kaldi_object_bytes,
                            open_kaldi_object, write_wxfilename)
-from .nnet import Nnet
+from ..nnet.nnet import Nnet
 
 
 def read_nnet(rxfilename: str) -> Nnet:

@@ -1,4 +1,4 @@
-"""cindex -> cindex_id lookups for the vectorised graph builder (graph_bulk.py).
+"""cindex -> cindex_id lookups for the vectorised graph builder (:mod:`.bulk`).
 
 The builder asks, once per level, for the ids of thousands of cindexes
 ``(node, n, t, x)`` at once and adds the ones that are missing.

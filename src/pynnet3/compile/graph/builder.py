@@ -20,51 +20,57 @@ The per-cindex state is kept in parallel Python lists and the recursive
 usable-count updates of Kaldi are done with explicit stacks (recurrent
 networks make dependency chains thousands of cindexes long).
 
-That exact algorithm costs tens of microseconds per cindex.  For a network
-without recurrence whose request leaves nothing uncomputable (the usual
-training and decoding case), the order in which Kaldi's queue creates the
-cindexes is a simple breadth-first one, and graph_bulk.py builds (and
-graph_bulk_prune.py prunes) the identical graph with NumPy, leaving it in
-the graph as arrays; compute() tries that first unless ``use_shortcuts`` is
-False.  Otherwise (recurrent networks, requests that leave something
-uncomputable) the exact algorithm itself runs compiled (graph_exact_jit.py,
-with its prune) when every node fits its tables (graph_plan.py), and in
-Python here when not.
+This module is the definition.  It costs tens of microseconds per cindex, so
+compute() first tries two declared accelerations of it, which build the
+identical graph and state (the tests compare them with this algorithm):
+
+* :mod:`.bulk` (with :mod:`.jit_bulk` and :mod:`.bulk_prune`): for a network
+  without recurrence whose request leaves nothing uncomputable (the usual
+  training and decoding case), where Kaldi's queue order is a plain
+  breadth-first one, level by level with NumPy or one Numba loop;
+* :mod:`.jit_exact`: this very algorithm, and Prune(), as one Numba loop,
+  for networks whose nodes fit the tables of :mod:`.programs` (recurrent
+  networks, requests that leave something uncomputable).
+
+Where neither applies the Python code here runs.  ``fast_paths.current().graph``
+(read when a builder is made) switches the accelerations off: then every
+Descriptor and Component is asked exactly as Kaldi asks them.
 """
 from __future__ import annotations
 
 from collections import deque
 from typing import TYPE_CHECKING, Any, Iterable
 
-from ..errors import PynnetError
-from ..nnet.components.base import Component
-from ..nnet.index import Index
-from ..nnet.graph import graph_has_cycles, nnet_to_directed_graph
-from ..nnet.nnet import NodeType
-from .graph_bulk import BulkGraph, BulkPlan, build_graph_bulk, uses_default_hooks
-from .graph_bulk_prune import prune_bulk
-from .graph_exact_jit import JitGraph, build_graph_jit
-from .graph_plan import JitPlan, analyse_descriptor, make_jit_plan
-from .graph_types import (K_COMPUTABLE, K_NOT_COMPUTABLE, K_UNKNOWN,  # noqa: F401 (re-exported)
-                          K_WILL_NOT_COMPUTE, CindexSet, ComputableInfo, ComputationGraph,
-                          IndexSet, computable_info_name, print_cindex)
-from .request import ComputationRequest
+from ... import fast_paths
+from ...errors import PynnetError
+from ...nnet.components.base import Component
+from ...nnet.index import Index
+from ...nnet.graph import graph_has_cycles, nnet_to_directed_graph
+from ...nnet.nnet import NodeType
+from .bulk import BulkGraph, BulkPlan, build_graph_bulk
+from .bulk_prune import prune_bulk
+from .jit_exact import JitGraph, build_graph_jit
+from .programs import (INT32_MAX, INT32_MIN, JitPlan, analyse_descriptor, make_jit_plan,
+                       uses_default_hooks)
+from .computation_graph import (K_COMPUTABLE, K_NOT_COMPUTABLE, K_UNKNOWN, K_WILL_NOT_COMPUTE,
+                                CindexSet, ComputableInfo, ComputationGraph, IndexSet,
+                                computable_info_name)
+from ..request import ComputationRequest
 
 if TYPE_CHECKING:
-    from ..nnet.nnet import Nnet
+    from ...nnet.nnet import Nnet
 
 # Node kinds as small ints, for the hot loops.
 _INPUT, _DESCRIPTOR, _COMPONENT, _DIM_RANGE = 0, 1, 2, 3
 _KIND = {NodeType.INPUT: _INPUT, NodeType.DESCRIPTOR: _DESCRIPTOR,
          NodeType.COMPONENT: _COMPONENT, NodeType.DIM_RANGE: _DIM_RANGE}
 
-_INT32_MIN, _INT32_MAX = -(2 ** 31), 2 ** 31 - 1
 _new_index = tuple.__new__
 
 
 def _wrap32(v: int) -> int:
     # Offsets are added in int32 arithmetic in Kaldi (kNoTime - 1 wraps).
-    return (v - _INT32_MIN) % (2 ** 32) + _INT32_MIN
+    return (v - INT32_MIN) % (2 ** 32) + INT32_MIN
 
 
 class ComputationGraphBuilder:
@@ -76,12 +82,12 @@ class ComputationGraphBuilder:
     (online) computations call compute() and prune() alternately.
     """
 
-    def __init__(self, nnet: "Nnet", graph: ComputationGraph | None = None,
-                 use_shortcuts: bool = True) -> None:
-        """``use_shortcuts=False`` asks every Descriptor and Component exactly
-        as Kaldi does (slower; the results are the same, which tests check)."""
+    def __init__(self, nnet: "Nnet", graph: ComputationGraph | None = None) -> None:
+        """With ``fast_paths.current().graph`` off when the builder is made, it
+        asks every Descriptor and Component exactly as Kaldi does (slower; the
+        results are the same, which tests check)."""
         self.nnet = nnet
-        self._use_shortcuts = use_shortcuts
+        self._fast = fast = fast_paths.current().graph
         self.graph = graph if graph is not None else ComputationGraph()
         if len(self.graph):
             raise PynnetError("ComputationGraphBuilder initialized with a nonempty graph")
@@ -96,13 +102,13 @@ class ComputationGraphBuilder:
         self.current_distance = -1
         self.current_queue: list[int] = []
         self.next_queue: list[int] = []
-        # While the vectorised path (graph_bulk.py) holds the graph, the state
+        # While the vectorised path (bulk.py) holds the graph, the state
         # above is implied: _bulk is its unpruned result, or _bulk_pruned says
         # the graph was pruned by it; _state_lists() makes the lists on demand.
         self._bulk_plan: BulkPlan | None = None
         self._bulk: BulkGraph | None = None
         self._bulk_pruned = False
-        # Likewise while the compiled exact algorithm (graph_exact_jit.py)
+        # Likewise while the compiled exact algorithm (jit_exact.py)
         # holds the unpruned graph; _jit_plan is made on first use (False:
         # the network is beyond it).
         self._jit_plan: JitPlan | None | bool = None
@@ -125,7 +131,7 @@ class ComputationGraphBuilder:
         # dependencies as (node, dn, dt, dx) offsets, when that is possible.
         self._all_required = [False] * num_nodes
         self._offsets: list[list | None] = [None] * num_nodes
-        for n in range(num_nodes if use_shortcuts else 0):
+        for n in range(num_nodes if fast else 0):
             kind = self._kind[n]
             if kind == _DESCRIPTOR:
                 self._all_required[n], self._offsets[n] = analyse_descriptor(
@@ -221,7 +227,7 @@ class ComputationGraphBuilder:
         """
         if self.request is not None and not self.graph.segment_ends:
             raise PynnetError("wrong call order: use compute(), prune(), compute(), prune(), ...")
-        if self._use_shortcuts and not check and not len(self.graph):
+        if self._fast and not check and not len(self.graph):
             # The vectorised path never applies to a recurrent network.
             if self._recurrent is None:
                 self._recurrent = graph_has_cycles(nnet_to_directed_graph(self.nnet))
@@ -246,7 +252,7 @@ class ComputationGraphBuilder:
                               "(bad network topology?)")
 
     def _compute_bulk(self, request: ComputationRequest) -> bool:
-        """compute() by the vectorised path (graph_bulk.py), if it applies."""
+        """compute() by the vectorised path (bulk.py), if it applies."""
         if self._bulk_plan is None:
             self._bulk_plan = BulkPlan(self.nnet)
         bulk = build_graph_bulk(self._bulk_plan, self.nnet, request)
@@ -261,9 +267,13 @@ class ComputationGraphBuilder:
         return True
 
     def _compute_jit(self, request: ComputationRequest) -> bool:
-        """compute() by the compiled exact algorithm (graph_exact_jit.py), if it applies."""
+        """compute() by the compiled exact algorithm (jit_exact.py), if it applies."""
         if self._jit_plan is None:
-            self._jit_plan = make_jit_plan(self.nnet) or False
+            bulk_plan = self._bulk_plan
+            if bulk_plan is not None and bulk_plan.eligible:
+                self._jit_plan = bulk_plan.jit_plan or False   # (made already)
+            else:
+                self._jit_plan = make_jit_plan(self.nnet) or False
         if self._jit_plan is False:
             return False
         jit = build_graph_jit(self._jit_plan, self.nnet, request)
@@ -376,8 +386,8 @@ class ComputationGraphBuilder:
                     ans.append((src, index))
                     continue
                 n2, t2, x2 = n + dn, t + dt, x + dx
-                if not (_INT32_MIN <= t2 <= _INT32_MAX and _INT32_MIN <= x2 <= _INT32_MAX
-                        and _INT32_MIN <= n2 <= _INT32_MAX):
+                if not (INT32_MIN <= t2 <= INT32_MAX and INT32_MIN <= x2 <= INT32_MAX
+                        and INT32_MIN <= n2 <= INT32_MAX):
                     n2, t2, x2 = _wrap32(n2), _wrap32(t2), _wrap32(x2)
                 ans.append((src, _new_index(Index, (n2, t2, x2))))
             return ans
@@ -522,7 +532,7 @@ class ComputationGraphBuilder:
         if kind == _DIM_RANGE:
             src = graph._cindex_to_id.get((self._dim_range_src[node], index))
             return K_UNKNOWN if src is None else computable[src]
-        if not self._use_shortcuts:
+        if not self._fast:
             any_unknown = any_not = True
         elif self._deps_computed[cid]:
             states = {computable[d] for d in graph.dependencies[cid]}

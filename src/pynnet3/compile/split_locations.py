@@ -1,4 +1,5 @@
-"""Index bookkeeping the compiler uses to turn Descriptors into row commands.
+"""SplitLocations and its helpers: the index bookkeeping the compiler uses to
+turn Descriptors into row commands.
 
 A port of Kaldi's nnet-compile-utils.{h,cc}.  The central data is, for each
 row of a matrix being computed, the list of source rows whose sum it is:
@@ -11,6 +12,10 @@ Python loops over them would dominate compilation.
 A *split list* is one ``(num_rows, 2)`` int32 array of (submatrix, row)
 pairs, ``(-1, -1)`` meaning "nothing for this row"; each becomes one row
 command (AddRows, AddRowsMulti, AddToRowsMulti, AddRowRanges ...).
+
+Small inputs take list versions of the same algorithms
+(:func:`split_locations_small` ...), chosen by :func:`use_lists`
+(``fast_paths.current().split_on_lists``).
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from .. import fast_paths
 from ..errors import PynnetError
 from ..log import warn
 from ..nnet.index import K_NO_TIME, Index
@@ -26,7 +32,8 @@ from ..std_order import iteration_order
 __all__ = [
     "PairLists", "split_locations", "split_locations_backward", "convert_to_indexes",
     "has_contiguous_property", "ensure_contiguous_property", "split_pair_list",
-    "get_t_list", "get_nx_list", "occurrence_rank",
+    "get_t_list", "get_nx_list", "occurrence_rank", "use_lists", "as_split",
+    "split_locations_small", "split_locations_backward_small",
 ]
 
 
@@ -191,7 +198,12 @@ _SMALL_PAIRS = 384
 _SMALL_PAIRS_SIMPLE = 40
 
 
-def _use_lists(lists: PairLists) -> bool:
+def use_lists(lists: PairLists) -> bool:
+    """Whether the list versions split ``lists`` (same answer as the arrays'):
+    ``fast_paths.current().split_on_lists`` when set, else by size."""
+    forced = fast_paths.current().split_on_lists
+    if forced is not None:
+        return forced
     num_pairs = lists.pairs.shape[0]
     if num_pairs <= _SMALL_PAIRS_SIMPLE:
         return num_pairs <= _SMALL_PAIRS
@@ -206,8 +218,8 @@ def split_locations(lists: PairLists) -> list[np.ndarray]:
     (so that they become single-source AddRows commands); the remainder is
     split by position within the row.
     """
-    if _use_lists(lists):
-        return [_as_split(lst) for lst in _split_locations_small(lists.to_lists())]
+    if use_lists(lists):
+        return [as_split(lst) for lst in split_locations_small(lists.to_lists())]
     num_rows = lists.num_rows
     lengths = lists.lengths()
     num_output_lists = int(lengths.max()) if num_rows else 0
@@ -342,8 +354,8 @@ def split_locations_backward(lists: PairLists) -> list[np.ndarray]:
     split list further split so that it is either free of repeated pairs or
     single-source with the contiguous property (what the backprop commands
     AddToRowsMulti, AddRows and AddRowRanges can do without write races)."""
-    if _use_lists(lists):
-        return [_as_split(lst) for lst in _split_locations_backward_small(lists.to_lists())]
+    if use_lists(lists):
+        return [as_split(lst) for lst in split_locations_backward_small(lists.to_lists())]
     out: list[np.ndarray] = []
     for lst in split_locations(lists):
         conv = convert_to_indexes(lst)
@@ -371,11 +383,11 @@ _NONE = (-1, -1)
 Pairs = list[tuple[int, int]]
 
 
-def _as_split(lst: Pairs) -> np.ndarray:
+def as_split(lst: Pairs) -> np.ndarray:
     return np.array(lst, dtype=np.int32).reshape(-1, 2)
 
 
-def _split_locations_small(rows: list[Pairs]) -> list[Pairs]:
+def split_locations_small(rows: list[Pairs]) -> list[Pairs]:
     """split_locations on per-row lists of pairs; split lists as lists."""
     num_rows = len(rows)
     num_output_lists = max(map(len, rows), default=0)
@@ -413,14 +425,14 @@ def _split_locations_small(rows: list[Pairs]) -> list[Pairs]:
                 else:
                     keep.append(pair)
             reduced.append(keep)
-        return [own[k] for k in large] + _split_locations_small(reduced)
+        return [own[k] for k in large] + split_locations_small(reduced)
     return [[r[i] if len(r) > i else _NONE for r in rows] for i in range(num_output_lists)]
 
 
-def _split_locations_backward_small(rows: list[Pairs]) -> list[Pairs]:
+def split_locations_backward_small(rows: list[Pairs]) -> list[Pairs]:
     """split_locations_backward on per-row lists of pairs."""
     out: list[Pairs] = []
-    for lst in _split_locations_small(rows):
+    for lst in split_locations_small(rows):
         firsts = {s for s, _ in lst if s != -1}
         if len(firsts) <= 1:            # convert_to_indexes succeeds
             if not firsts:

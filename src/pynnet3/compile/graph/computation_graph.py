@@ -1,20 +1,19 @@
 """Kaldi's ComputationGraph: cindexes, their ids and their dependencies.
 
 Also the membership tests (CindexSet, IndexSet) that Descriptors and
-Components use while the builder (graph.py) works out what is computable.
+Components use while the builder (:mod:`.builder`) works out what is computable.
 """
 from __future__ import annotations
 
 import enum
-import gc
-from contextlib import contextmanager
 from itertools import chain, repeat
 from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-from ..errors import PynnetError
-from ..nnet.index import Index
+from ...errors import PynnetError
+from ...nnet.index import Index
+from ...nnet.index_lists import gc_paused
 
 
 class ComputableInfo(enum.IntEnum):
@@ -33,17 +32,6 @@ K_NOT_COMPUTABLE = 2
 K_WILL_NOT_COMPUTE = 3
 
 _TUPLE_NEW = tuple.__new__
-
-
-@contextmanager
-def _gc_paused():
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 _INFO_NAMES = {K_UNKNOWN: "kUnknown", K_COMPUTABLE: "kComputable",
@@ -144,9 +132,9 @@ class ComputationGraph:
     def cindexes(self) -> list[tuple]:
         if self._cindexes is None:
             a = self._arrays
-            with _gc_paused():   # millions of new tuples, no cycles
+            with gc_paused():   # millions of new tuples, no cycles
                 indexes = map(_TUPLE_NEW, repeat(Index), zip(a.n.tolist(), a.t.tolist(),
-                                                              a.x.tolist()))
+                                                             a.x.tolist()))
                 self._cindexes = list(zip(a.node.tolist(), indexes))
         return self._cindexes
 
@@ -160,7 +148,7 @@ class ComputationGraph:
     def dependencies(self) -> list[list[int]]:
         if self._dependencies is None:
             a = self._arrays
-            with _gc_paused():
+            with gc_paused():
                 flat = a.dep_flat.tolist()
                 bounds = a.dep_offsets.tolist()
                 self._dependencies = list(map(flat.__getitem__,
@@ -171,7 +159,7 @@ class ComputationGraph:
     def _cindex_to_id(self) -> dict[tuple, int]:
         if self._ids is None:
             cindexes = self.cindexes
-            with _gc_paused():
+            with gc_paused():
                 self._ids = dict(zip(cindexes, range(len(cindexes))))
         return self._ids
 

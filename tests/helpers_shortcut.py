@@ -1,5 +1,4 @@
-"""Helpers of the shortcut-compilation tests: comparing two computations in
-full, and the reference cases that Kaldi compiled through its shortcut."""
+"""Comparisons and reference cases shared by the shortcut tests (tests/compile)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,7 +8,7 @@ import numpy as np
 
 from pynnet3.compile.computation import NnetComputation
 from pynnet3.compile.n_stride import cindex_array
-from tests.conftest import SHARED_REFERENCE
+from tests.helpers import SHARED_REFERENCE
 
 
 def same_data(a: Any, b: Any) -> bool:
@@ -33,7 +32,7 @@ def same_data(a: Any, b: Any) -> bool:
 
 
 def assert_same_computation(got: NnetComputation, want: NnetComputation,
-                             check_precomputed_data: bool = True) -> None:
+                            check_precomputed_data: bool = True) -> None:
     assert [(m.num_rows, m.num_cols, m.stride_type) for m in got.matrices] == \
         [(m.num_rows, m.num_cols, m.stride_type) for m in want.matrices]
     assert got.submatrices == want.submatrices

@@ -1,22 +1,26 @@
-"""Per-node tables for the graph builders (graph.py, graph_exact_jit.py).
+"""How each node's dependencies are encoded for the accelerated graph builders.
 
-:func:`analyse_descriptor` tells the Python builder when a descriptor's
-computability follows from the states of its dependencies alone (so it need
-not be asked) and when those dependencies are plain offsets.
+Everything here is a reading of the network's Descriptors and Components
+that lets :mod:`.bulk`, :mod:`.jit_bulk` and :mod:`.jit_exact` (the
+accelerations of :mod:`.builder`) skip asking them per cindex:
 
-:func:`make_jit_plan` writes every node's dependencies and computability
-rule as small integer tables for the compiled builder (graph_exact_jit.py):
-
-* each dependency is a "term": a chain of rows of the forwarding table
-  (``F_*``: add an offset, round t, replace t or x, pick a Switch() argument)
-  ending in the source node;
-* each node's computability is a postfix program over its terms (``P_*``:
-  TERM k, CONST, IFDEF, AND for Append/Sum and required component inputs,
-  FAILOVER).
+* :func:`uses_default_hooks` / :func:`component_offsets`: a component whose
+  inputs are its output Index plus fixed offsets, all required;
+* :func:`analyse_descriptor`: when the reference builder need not ask a
+  descriptor at all (its computability follows from its dependencies');
+* :func:`make_jit_plan`: the forwarding programs, in the ONE encoding both
+  compiled loops (:mod:`.jit_bulk`, :mod:`.jit_exact`) read.  A dependency
+  "term" maps an output Index to the Index of one dependency: a chain of
+  rows of one forwarding table, each an op (``OP_*``: add an offset, round
+  t, replace t or x, pick a Switch() argument) applied in turn, ending in
+  the source node.  Each node's computability is a postfix program over its
+  terms (``P_*``: TERM k, CONST, IFDEF, AND for Append/Sum and required
+  component inputs, FAILOVER); only jit_exact needs that.
 
 Networks with a node beyond these tables (a component with its own index
 hooks other than plain offsets, an unknown descriptor type, more than 64
-terms) get no plan, and the Python algorithm builds their graphs.
+terms) get no plan, and :mod:`.bulk`'s NumPy code or the reference builds
+their graphs.
 """
 from __future__ import annotations
 
@@ -24,31 +28,66 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from ..nnet import descriptor as d
-from ..nnet.nnet import NodeType
+from ...nnet import descriptor as d
+from ...nnet.components.base import Component
+from ...nnet.nnet import NodeType
 
 if TYPE_CHECKING:
-    from ..nnet.nnet import Nnet
+    from ...nnet.nnet import Nnet
 
 _I64 = np.int64
-_INT32_MIN, _INT32_MAX = -(2 ** 31), 2 ** 31 - 1
+INT32_MIN, INT32_MAX = -(2 ** 31), 2 ** 31 - 1
 # A term's bit in the "used inputs" mask is a bit of an int64.
 MAX_TERMS = 64
 
 # Node kinds.
 NK_INPUT, NK_DESCRIPTOR, NK_COMPONENT, NK_DIM_RANGE = 0, 1, 2, 3
 
-# Forwarding-table rows: (op, a, b, c, next).
-F_NODE = 0       # a: the source node (the end of the chain)
-F_OFFSET = 1     # add (a, b, c) to (n, t, x), wrapping like int32
-F_ROUND = 2      # t rounded down to a multiple of a
-F_SET_T = 3      # t = a
-F_SET_X = 4      # x = a
-F_SWITCH = 5     # continue with switch_table[b + t mod a]
-F_COMP_OFFSET = 6  # a component's offsets: no kNoTime, no wrapping
+# Op codes of the forwarding programs: a row of a JitPlan's forwarding table
+# is (op, a, b, c, next row).
+OP_NODE = 0         # a: the source node (the end of a chain)
+OP_OFFSET = 1       # add (a, b, c) to (n, t, x), wrapping like int32 (Kaldi's Offset())
+OP_ROUND_T = 2      # t rounded down to a multiple of a
+OP_SET_T = 3        # t = a
+OP_SET_X = 4        # x = a
+OP_SWITCH = 5       # continue with switch_table[b + t mod a]
+OP_COMP_OFFSET = 6  # a component's offsets: no kNoTime, no wrapping (the loops give up)
 
 # Computability program ops: (op, arg).
 P_TERM, P_CONST, P_IFDEF, P_AND, P_FAILOVER = 0, 1, 2, 3, 4
+
+
+def _defining_class(cls: type, name: str) -> type | None:
+    for c in cls.__mro__:
+        if name in c.__dict__:
+            return c
+    return None
+
+
+def uses_default_hooks(comp: Component) -> bool:
+    """True if the component maps each output Index to the same input Index
+    (it keeps Component's hooks; e.g. GeneralDropoutComponent, which is not
+    "simple" only because of its precomputed indexes)."""
+    cls = type(comp)
+    return (cls.get_input_indexes is Component.get_input_indexes
+            and cls.is_computable is Component.is_computable)
+
+
+def component_offsets(comp: Component) -> list[tuple[int, int, int]] | None:
+    """Offsets (dn, dt, dx) if the component's inputs are its output Index plus
+    fixed offsets, all required (see Component.get_input_index_offsets)."""
+    if uses_default_hooks(comp):
+        return [(0, 0, 0)]
+    cls = type(comp)
+    owner = _defining_class(cls, "get_input_index_offsets")
+    # The hook speaks for get_input_indexes/is_computable only if it was
+    # written next to them (a subclass overriding those must override it too).
+    if (owner is None or owner is Component
+            or _defining_class(cls, "get_input_indexes") is not owner
+            or _defining_class(cls, "is_computable") is not owner):
+        return None
+    offsets = comp.get_input_index_offsets()
+    return None if offsets is None else [tuple(int(v) for v in o) for o in offsets]
 
 
 def analyse_descriptor(desc: Any) -> tuple[bool, list | None]:
@@ -62,8 +101,6 @@ def analyse_descriptor(desc: Any) -> tuple[bool, list | None]:
     ``offsets``: if, in addition, each dependency is ``(node, index + offset)``,
     the list of ``(node, dn, dt, dx)`` in get_dependencies() order, else None.
     """
-    from ..nnet import descriptor as d
-
     offsets: list | None = []
 
     def forwarding(f: Any) -> bool:
@@ -116,8 +153,8 @@ class JitPlan(NamedTuple):
     prog: np.ndarray          # (ops, 2)
 
 
-class _Unsupported(Exception):
-    pass
+class Unsupported(Exception):
+    """A descriptor or component beyond what these encodings express."""
 
 
 class _PlanBuilder:
@@ -133,28 +170,28 @@ class _PlanBuilder:
         """Row of the forwarding table that maps an output Index like ``f``."""
         tp = type(f)
         if tp is d.SimpleForwardingDescriptor:
-            return self._row(F_NODE, int(f.src_node))
+            return self._row(OP_NODE, int(f.src_node))
         if tp is d.OffsetForwardingDescriptor:
             inner = self.forwarding(f.src)
             dn, dt, dx = (int(v) for v in f.offset)
-            return self._row(F_OFFSET, dn, dt, dx, inner)
+            return self._row(OP_OFFSET, dn, dt, dx, inner)
         if tp is d.RoundingForwardingDescriptor:
             m = int(f.t_modulus)
             if m < 1:
-                raise _Unsupported("Round() modulus below 1")
-            return self._row(F_ROUND, m, 0, 0, self.forwarding(f.src))
+                raise Unsupported("Round() modulus below 1")
+            return self._row(OP_ROUND_T, m, 0, 0, self.forwarding(f.src))
         if tp is d.ReplaceIndexForwardingDescriptor:
             value = int(f.value)
-            if not _INT32_MIN <= value <= _INT32_MAX:
-                raise _Unsupported("ReplaceIndex() value out of range")
-            op = F_SET_T if f.variable_name == "t" else F_SET_X
+            if not INT32_MIN <= value <= INT32_MAX:
+                raise Unsupported("ReplaceIndex() value out of range")
+            op = OP_SET_T if f.variable_name == "t" else OP_SET_X
             return self._row(op, value, 0, 0, self.forwarding(f.src))
         if tp is d.SwitchingForwardingDescriptor:
             rows = [self.forwarding(s) for s in f.src]
             start = len(self.switch)
             self.switch.extend(rows)
-            return self._row(F_SWITCH, len(rows), start)
-        raise _Unsupported(f"forwarding descriptor {tp.__name__}")
+            return self._row(OP_SWITCH, len(rows), start)
+        raise Unsupported(f"forwarding descriptor {tp.__name__}")
 
     def sum_part(self, p: Any, terms: list[int], prog: list[tuple[int, int]]) -> None:
         """Terms (get_dependencies() order) and postfix program of a SumDescriptor."""
@@ -175,15 +212,13 @@ class _PlanBuilder:
             elif p.op == d.BinarySumDescriptor.FAILOVER:
                 prog.append((P_FAILOVER, 0))
             else:
-                raise _Unsupported(f"sum operation {p.op}")
+                raise Unsupported(f"sum operation {p.op}")
         else:
-            raise _Unsupported(f"sum descriptor {tp.__name__}")
+            raise Unsupported(f"sum descriptor {tp.__name__}")
 
 
 def make_jit_plan(nnet: "Nnet") -> JitPlan | None:
     """The tables for ``nnet``, or None if some node is beyond them."""
-    from .graph_bulk import _component_offsets, uses_default_hooks
-
     pb = _PlanBuilder()
     num_nodes = nnet.num_nodes()
     kind = np.zeros(num_nodes, dtype=_I64)
@@ -205,20 +240,20 @@ def make_jit_plan(nnet: "Nnet") -> JitPlan | None:
                 kind[n] = NK_INPUT
             elif nt is NodeType.DIM_RANGE:
                 kind[n] = NK_DIM_RANGE
-                terms.append(pb._row(F_NODE, int(node.node_index)))
+                terms.append(pb._row(OP_NODE, int(node.node_index)))
             elif nt is NodeType.COMPONENT:
                 kind[n] = NK_COMPONENT
                 comp = nnet.component_for_node(n)
                 if uses_default_hooks(comp):
-                    terms.append(pb._row(F_NODE, n - 1))
+                    terms.append(pb._row(OP_NODE, n - 1))
                 else:
-                    offsets = _component_offsets(comp)
+                    offsets = component_offsets(comp)
                     if offsets is None:
                         return None
                     needs_time[n] = True
                     for dn, dt, dx in offsets:
-                        terms.append(pb._row(F_COMP_OFFSET, dn, dt, dx,
-                                             pb._row(F_NODE, n - 1)))
+                        terms.append(pb._row(OP_COMP_OFFSET, dn, dt, dx,
+                                             pb._row(OP_NODE, n - 1)))
                 # Every input is required.
                 for k in range(len(terms)):
                     node_prog.append((P_TERM, k))
@@ -243,7 +278,7 @@ def make_jit_plan(nnet: "Nnet") -> JitPlan | None:
             prog_start[n] = len(prog)
             prog_len[n] = len(node_prog)
             prog.extend(node_prog)
-    except _Unsupported:
+    except Unsupported:
         return None
     fwd = np.array(pb.fwd, dtype=_I64).reshape(-1, 5)
     return JitPlan(kind, is_output, needs_time, term_start, term_count,

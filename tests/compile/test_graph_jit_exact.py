@@ -1,6 +1,6 @@
-"""The compiled exact graph builder (compile/graph_exact_jit.py) gives the Python one's graph.
+"""The compiled exact graph builder (compile/graph/jit_exact.py) gives the Python one's graph.
 
-``ComputationGraphBuilder(nnet, use_shortcuts=False)`` runs Kaldi's algorithm
+``graph_builder(nnet, False)`` runs Kaldi's algorithm
 in Python, asking every Descriptor and Component; that is the reference.  The
 default builder takes the compiled path for recurrent networks (and for
 feed-forward requests the vectorised path declines).  Each test compares the
@@ -15,15 +15,15 @@ import random
 
 import pytest
 
-from pynnet3.compile.graph import ComputationGraphBuilder
-from pynnet3.compile.graph_plan import make_jit_plan
+from pynnet3.compile.graph.builder import ComputationGraphBuilder
+from pynnet3.compile.graph.programs import make_jit_plan
 from pynnet3.compile.request import ComputationRequest, IoSpecification
 from pynnet3.errors import PynnetError
 from pynnet3.nnet.index import K_NO_TIME, Index
 from pynnet3.nnet.nnet import Nnet
-from tests.compile.test_graph_builder import _TDNN, _tdnnf_config
-from tests.compile.test_graph_bulk import _MIXED, _frames, reference_random_cases
-from tests.conftest import reference_dir
+from tests.helpers_graph import (MIXED, TDNN, frames_of, graph_builder, reference_random_cases,
+                                 tdnnf_config)
+from tests.helpers import reference_dir
 
 
 def _nnet(text: str) -> Nnet:
@@ -35,7 +35,7 @@ def _nnet(text: str) -> Nnet:
 def _results(nnet: Nnet, request: ComputationRequest, fast: bool):
     """(took the compiled path, state after compute(), info, graph after prune()
     or "error")."""
-    b = ComputationGraphBuilder(nnet, use_shortcuts=fast)
+    b = graph_builder(nnet, fast)
     b.compute(request)
     jit = b._jit is not None
     # Answered from the compiled state, before the lists exist.
@@ -50,7 +50,7 @@ def _results(nnet: Nnet, request: ComputationRequest, fast: bool):
         # a component again whose inputs are all required.)
         after = "error"
     # The state after compute(), from a second builder (prune() changes it).
-    b = ComputationGraphBuilder(nnet, use_shortcuts=fast)
+    b = graph_builder(nnet, fast)
     b.compute(request)
     bulk = b._bulk is not None
     g = b.graph
@@ -98,7 +98,7 @@ output-node name=output input=a3
 
 def _lstm_request(t0: int, t1: int, outs: list[Index]) -> ComputationRequest:
     return ComputationRequest(
-        inputs=[IoSpecification("input", _frames(t0, t1, 2)),
+        inputs=[IoSpecification("input", frames_of(t0, t1, 2)),
                 IoSpecification("ivector", [Index(n, 0, 0) for n in range(2)])],
         outputs=[IoSpecification("output", outs)])
 
@@ -132,9 +132,9 @@ def test_recurrent_network_every_case():
 def test_mixed_descriptors_and_short_input():
     """Switch, Round, Const, Failover, dim-range; vectorised path declines
     when frames are missing, the compiled one takes over."""
-    nnet = _nnet(_MIXED)
+    nnet = _nnet(MIXED)
     req = ComputationRequest(
-        inputs=[IoSpecification("input", _frames(-1, 12, 2)),
+        inputs=[IoSpecification("input", frames_of(-1, 12, 2)),
                 IoSpecification("ivector", [Index(n, 0, 0) for n in range(2)])],
         outputs=[IoSpecification("output", [Index(n, t, 0) for t in range(10)
                                             for n in range(2)])])
@@ -145,7 +145,7 @@ def test_component_node_given_as_input():
     nnet = _nnet(_LSTM)
     r = [Index(n, t, 0) for n in range(2) for t in range(0, 6)]
     req = ComputationRequest(
-        inputs=[IoSpecification("input", _frames(0, 12, 2)),
+        inputs=[IoSpecification("input", frames_of(0, 12, 2)),
                 IoSpecification("ivector", [Index(n, 0, 0) for n in range(2)]),
                 IoSpecification("r", r)],
         outputs=[IoSpecification("output", [Index(n, t, 0) for t in range(8)
@@ -156,7 +156,7 @@ def test_component_node_given_as_input():
 @pytest.mark.parametrize("seed", range(2))
 def test_random_requests(seed: int):
     rng = random.Random(seed)
-    nets = [_nnet(_LSTM), _nnet(_MIXED), _nnet(_tdnnf_config(2)), _nnet(_TDNN)]
+    nets = [_nnet(_LSTM), _nnet(MIXED), _nnet(tdnnf_config(2)), _nnet(TDNN)]
     compiled = 0
     for case in range(30):
         nnet = rng.choice(nets)
@@ -196,7 +196,7 @@ output-node name=output input=td
         outputs=[IoSpecification("output", [Index(0, K_NO_TIME, 0), Index(0, 1, 0)])])
     for fast in (True, False):
         with pytest.raises(ValueError, match="without a time"):
-            ComputationGraphBuilder(tdnn, use_shortcuts=fast).compute(req)
+            graph_builder(tdnn, fast).compute(req)
     req = ComputationRequest(
         inputs=[IoSpecification("input", [Index(0, t, 0) for t in range(-2, 5)])],
         outputs=[IoSpecification("output", [Index(0, t, 0) for t in range(4)])])
@@ -208,12 +208,12 @@ def test_multi_segment_after_compiled_first_segment():
     nnet = _nnet(_LSTM)
     t_major = [Index(n, t, 0) for t in range(10) for n in range(2)]
     second = ComputationRequest(
-        inputs=[IoSpecification("input", _frames(20, 30, 2))],
+        inputs=[IoSpecification("input", frames_of(20, 30, 2))],
         outputs=[IoSpecification("output", [Index(n, t, 0) for t in range(20, 26)
                                             for n in range(2)])])
     states = []
     for fast in (True, False):
-        b = ComputationGraphBuilder(nnet, use_shortcuts=fast)
+        b = graph_builder(nnet, fast)
         b.compute(_lstm_request(-5, 20, t_major))
         assert (b._jit is not None) == fast
         b.prune()
@@ -243,9 +243,9 @@ def test_recipe_recurrent_networks(name: str):
         pytest.skip(f"{path} absent")
     nnet = _nnet(path.read_text())
     # Input that ends early: the last outputs are not computable.
-    inputs = [IoSpecification("input", _frames(-30, 12, 2))]
+    inputs = [IoSpecification("input", frames_of(-30, 12, 2))]
     if nnet.get_node_index("ivector") != -1:
-        inputs.append(IoSpecification("ivector", _frames(-30, 12, 2)))
+        inputs.append(IoSpecification("ivector", frames_of(-30, 12, 2)))
     outs = [Index(n, t, 0) for t in range(0, 8) for n in range(2)]
     request = ComputationRequest(inputs=inputs, outputs=[IoSpecification("output", outs)])
     assert _assert_same(nnet, request, name)

@@ -1,20 +1,23 @@
-"""The level-by-level closure of graph_bulk.py as one compiled loop.
+"""The level-by-level closure of :mod:`.bulk` as one compiled (Numba) loop:
+an acceleration of :meth:`.builder.ComputationGraphBuilder.compute` (the
+reference), by way of :mod:`.bulk`, whose result it reproduces.
 
-:func:`graph_bulk._build` expands the graph one breadth-first "level" at a
+:func:`.bulk.build_graph_bulk` expands the graph one breadth-first "level" at a
 time with a few dozen NumPy operations per level.  A TDNN-F has a couple of
 hundred levels, and for a short request each holds only a handful of
 cindexes, so NumPy's per-call cost, not the work, is most of the time spent
-building its graph.  When every node's dependencies can be written as small
-programs over the Index (add an offset, round t, replace t or x: names,
-``Offset()``, ``Round()``, ``ReplaceIndex()``, ``Append``/``Sum``/``IfDefined``
-of them, dim-range nodes, simple and TDNN-style components -- the usual
-feed-forward network), this module runs the same closure in one
+building its graph.  When every node's dependencies can be written as
+forwarding programs over the Index (:mod:`.programs`' JitPlan, which
+:mod:`.jit_exact` reads too: names, ``Offset()``, ``Round()``,
+``ReplaceIndex()``, ``Switch()``, ``Append``/``Sum``/``IfDefined``/
+``Failover`` of them, dim-range nodes, simple and TDNN-style components --
+the usual feed-forward network), this module runs the same closure in one
 Numba-compiled function: same cindex_ids in the same order, same per-cindex
 dependency lists (sorted, unique), same level sizes.
 
 The cindex -> id map is a dense table over a box ``nodes x t x n x x``,
 re-laid (bigger) when a cindex falls outside it.  Anything the loop does not
-promise to treat exactly as graph_bulk.py's NumPy code (an input-node cindex
+promise to treat exactly as :mod:`.bulk`'s NumPy code (an input-node cindex
 the request does not supply, kNoTime given to an offset-style component, a
 component offset or Round() leaving the int32 range, a box grown too big)
 makes it stop with a status code; the caller then takes the NumPy path,
@@ -22,15 +25,14 @@ which handles or rejects those cases.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 from numba import njit
 
-from ..nnet.index import K_NO_TIME
-
-if TYPE_CHECKING:
-    from .graph_bulk import BulkPlan
+from ...nnet.index import K_NO_TIME
+from .programs import (INT32_MAX, INT32_MIN, OP_COMP_OFFSET, OP_NODE, OP_OFFSET, OP_ROUND_T,
+                       OP_SET_T, OP_SET_X)
 
 _I64 = np.int64
 # Status codes of _closure.
@@ -38,23 +40,21 @@ OK, FALLBACK, TOO_BIG, TOO_MANY_LEVELS, OUTSIDE = 0, 1, 2, 3, 4
 # The dense table is int32; beyond this many entries take the NumPy path.
 _MAX_TABLE = 1 << 25
 
-_INT32_MIN, _INT32_MAX = -(2 ** 31), 2 ** 31 - 1
-# Op codes: the same values as graph_bulk.OP_*.
-_ADD, _ADD_NOWRAP, _ROUND_T, _SET_T, _SET_X = 0, 1, 2, 3, 4
-
 
 @njit(cache=True, nogil=True)
-def _wrap(v: int) -> int:
-    return ((v - _INT32_MIN) % 4294967296) + _INT32_MIN
+def wrap32(v: int) -> int:
+    """``v`` wrapped into int32 as Kaldi's int32 offset arithmetic does."""
+    return ((v - INT32_MIN) % 4294967296) + INT32_MIN
 
 
 @njit(cache=True, nogil=True)
 def _out32(v: int) -> bool:
-    return v < _INT32_MIN or v > _INT32_MAX
+    return v < INT32_MIN or v > INT32_MAX
 
 
 @njit(cache=True, nogil=True)
-def _grow(a, need):
+def grow(a, need):
+    """``a``, or a copy with room for ``need`` entries (geometric growth)."""
     if need <= a.shape[0]:
         return a
     size = max(need, 2 * a.shape[0] + 16)
@@ -101,8 +101,8 @@ def _relayout(box, num_nodes, nn, tt, xx, node, n, t, x, count, max_table):
 
 @njit(cache=True, nogil=True)
 def _expand_level(lo, hi, count, box, table, node, n, t, x, buf, seg_start, seg_len,
-                  is_input_node, needs_time, node_start, node_count, term_src, op_start,
-                  op_count, ops, no_time, where):
+                  is_input_node, needs_time, term_start, term_count, term_root, fwd,
+                  switch_table, no_time, where):
     """Expand cindexes lo..hi-1 (arrays already big enough: nothing is
     reassigned here, which keeps reference counting out of the loop).
     Returns (status, count, used); with OUTSIDE, ``where`` holds the
@@ -116,27 +116,35 @@ def _expand_level(lo, hi, count, box, table, node, n, t, x, buf, seg_start, seg_
         if needs_time[nd] and t[p] == no_time:
             return FALLBACK, count, used
         start = used
-        for k in range(node_start[nd], node_start[nd] + node_count[nd]):
+        for k in range(term_start[nd], term_start[nd] + term_count[nd]):
             dn, dt, dx = n[p], t[p], x[p]
-            for o in range(op_start[k], op_start[k] + op_count[k]):
-                code = ops[o, 0]
-                if code == _ADD or code == _ADD_NOWRAP:
-                    dn += ops[o, 1]
-                    dt += ops[o, 2]
-                    dx += ops[o, 3]
+            # Follow the term's chain of forwarding-table rows to its node.
+            row = term_root[k]
+            code = fwd[row, 0]
+            while code != OP_NODE:
+                if code == OP_OFFSET or code == OP_COMP_OFFSET:
+                    dn += fwd[row, 1]
+                    dt += fwd[row, 2]
+                    dx += fwd[row, 3]
                     if _out32(dn) or _out32(dt) or _out32(dx):
-                        if code == _ADD_NOWRAP:
+                        if code == OP_COMP_OFFSET:
                             return FALLBACK, count, used
-                        dn, dt, dx = _wrap(dn), _wrap(dt), _wrap(dx)
-                elif code == _ROUND_T:
-                    dt -= dt % ops[o, 1]     # (floor modulus, as Python's)
-                    if dt < _INT32_MIN:
+                        dn, dt, dx = wrap32(dn), wrap32(dt), wrap32(dx)
+                elif code == OP_ROUND_T:
+                    dt -= dt % fwd[row, 1]     # (floor modulus, as Python's)
+                    if dt < INT32_MIN:
                         return FALLBACK, count, used
-                elif code == _SET_T:
-                    dt = ops[o, 1]
-                else:
-                    dx = ops[o, 1]
-            src = term_src[k]
+                elif code == OP_SET_T:
+                    dt = fwd[row, 1]
+                elif code == OP_SET_X:
+                    dx = fwd[row, 1]
+                else:   # OP_SWITCH
+                    row = switch_table[fwd[row, 2] + dt % fwd[row, 1]]
+                    code = fwd[row, 0]
+                    continue
+                row = fwd[row, 4]
+                code = fwd[row, 0]
+            src = fwd[row, 1]
             key = _key(box, src, dn, dt, dx)
             if key < 0:
                 where[0], where[1], where[2] = dt, dn, dx
@@ -167,13 +175,13 @@ def _expand_level(lo, hi, count, box, table, node, n, t, x, buf, seg_start, seg_
 
 @njit(cache=True, nogil=True)
 def _closure(init_node, init_n, init_t, init_x, num_in, max_levels, max_table, box,
-             is_input_node, needs_time, node_start, node_count, term_src, op_start,
-             op_count, ops, no_time):
+             is_input_node, needs_time, term_start, term_count, term_root, fwd, switch_table,
+             no_time):
     """(status, count, node, n, t, x, dep_counts, dep_flat, num_flat, sizes, num_levels).
 
     Columns are by cindex_id (the first ``count`` entries valid); dep_counts
     per cindex_id; dep_flat the dependency ids in cindex_id order; sizes the
-    graph_bulk level sizes (inputs, outputs, then each new level, ending with
+    bulk.py level sizes (inputs, outputs, then each new level, ending with
     the empty one)."""
     num_nodes = is_input_node.shape[0]
     table = np.full(num_nodes * box[1] * box[3] * box[5], -1, dtype=np.int32)
@@ -216,20 +224,20 @@ def _closure(init_node, init_n, init_t, init_x, num_in, max_levels, max_table, b
         # Room for the most this level can add.
         bound = 0
         for p in range(lo, hi):
-            bound += node_count[node[p]]
-        node = _grow(node, count + bound)
-        n = _grow(n, count + bound)
-        t = _grow(t, count + bound)
-        x = _grow(x, count + bound)
-        dep_counts = _grow(dep_counts, count + bound)
-        buf = _grow(buf, bound)
-        seg_start = _grow(seg_start, hi - lo)
-        seg_len = _grow(seg_len, hi - lo)
+            bound += term_count[node[p]]
+        node = grow(node, count + bound)
+        n = grow(n, count + bound)
+        t = grow(t, count + bound)
+        x = grow(x, count + bound)
+        dep_counts = grow(dep_counts, count + bound)
+        buf = grow(buf, bound)
+        seg_start = grow(seg_start, hi - lo)
+        seg_len = grow(seg_len, hi - lo)
         while True:
             status, new_count, used = _expand_level(
                 lo, hi, count, box, table, node, n, t, x, buf, seg_start, seg_len,
-                is_input_node, needs_time, node_start, node_count, term_src, op_start,
-                op_count, ops, no_time, where)
+                is_input_node, needs_time, term_start, term_count, term_root, fwd,
+                switch_table, no_time, where)
             if status != OUTSIDE:
                 break
             # Grow the box and redo the level (the relayout forgets what
@@ -242,27 +250,28 @@ def _closure(init_node, init_n, init_t, init_x, num_in, max_levels, max_table, b
             return status, 0, node, n, t, x, dep_counts, flat, 0, sizes, 0
         count = new_count
         # The level's dependency lists, in cindex_id order.
-        flat = _grow(flat, num_flat + used)
+        flat = grow(flat, num_flat + used)
         for p in range(lo, hi):
             s, c = seg_start[p - lo], seg_len[p - lo]
             dep_counts[p] = c
             for q in range(c):
                 flat[num_flat + q] = buf[s + q]
             num_flat += c
-        sizes = _grow(sizes, num_levels + 1)
+        sizes = grow(sizes, num_levels + 1)
         sizes[num_levels] = count - hi
         num_levels += 1
         lo, hi = hi, count
     return OK, count, node, n, t, x, dep_counts, flat, num_flat, sizes, num_levels
 
 
-def closure(plan: "BulkPlan", init: tuple[np.ndarray, ...], num_in: int, max_levels: int):
-    """The graph_bulk closure from the request's cindexes ``init`` (inputs
-    then outputs: node, n, t, x columns); None when the NumPy path must
-    decide.  Else (node, n, t, x, dep_counts, dep_flat, sizes)."""
-    tables = plan.jit_tables
+def closure(plan: Any, init: tuple[np.ndarray, ...], num_in: int, max_levels: int):
+    """The :mod:`.bulk` closure for a bulk.BulkPlan from the request's
+    cindexes ``init`` (inputs then outputs: node, n, t, x columns); None when
+    the NumPy path must decide.  Else (node, n, t, x, dep_counts, dep_flat,
+    sizes)."""
+    jp = plan.jit_plan
     node, n, t, x = init
-    if tables is None or not len(node):
+    if jp is None or not len(node):
         return None
     box = np.zeros(6, dtype=_I64)
     for j, col in enumerate((t, n, x)):
@@ -276,7 +285,8 @@ def closure(plan: "BulkPlan", init: tuple[np.ndarray, ...], num_in: int, max_lev
     (status, count, c_node, c_n, c_t, c_x, dep_counts, flat, num_flat, sizes,
      num_levels) = _closure(
         node.astype(_I64), n.astype(_I64), t.astype(_I64), x.astype(_I64), num_in, max_levels,
-        _MAX_TABLE, box, plan.is_input_node, plan.needs_time, *tables, K_NO_TIME)
+        _MAX_TABLE, box, plan.is_input_node, jp.needs_time, jp.term_start, jp.term_count,
+        jp.term_root, jp.fwd, jp.switch_table, K_NO_TIME)
     if status != OK:
         return None
     return (c_node[:count], c_n[:count], c_t[:count], c_x[:count], dep_counts[:count],

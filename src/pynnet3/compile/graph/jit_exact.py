@@ -1,9 +1,11 @@
-"""Kaldi's exact graph-building algorithm as one compiled (Numba) loop.
+"""Kaldi's exact graph-building algorithm as one compiled (Numba) loop: an
+acceleration of :class:`.builder.ComputationGraphBuilder` (the reference:
+compute() and prune() of a first segment).
 
-:class:`~pynnet3.compile.graph.ComputationGraphBuilder` runs Kaldi's
+The reference runs Kaldi's
 ComputeComputationGraph one cindex at a time in Python: a few microseconds
 per cindex, tens of thousands of cindexes for an LSTM request (the
-vectorised path of graph_bulk.py does not apply when the network has
+vectorised path of :mod:`.bulk` does not apply when the network has
 recurrence, since there the timing of "known uncomputable" decides which
 cindexes get expanded).  This module runs the *same* algorithm -- same queue
 discipline (each iteration takes its queue from the back), same usable
@@ -11,7 +13,7 @@ counts, same two-question computability test, hence the same cindex_ids,
 dependencies and states -- in compiled code, and Prune() after it.
 
 It applies when every node's dependencies can be written as small tables
-(graph_plan.py):
+(:mod:`.programs`):
 
 * input nodes; dim-range nodes;
 * component nodes whose component keeps the default index hooks (one input,
@@ -49,17 +51,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numba import njit
 
-from ..nnet.index import K_NO_TIME
-from .graph_bulk_jit import _grow
-from .graph_plan import (F_COMP_OFFSET, F_NODE, F_OFFSET, F_ROUND, F_SET_T, F_SET_X, MAX_TERMS,
-                         NK_COMPONENT, NK_DESCRIPTOR, NK_DIM_RANGE, NK_INPUT, P_AND, P_CONST,
-                         P_IFDEF, P_TERM, JitPlan)
+from ...nnet.index import K_NO_TIME
+from .computation_graph import GraphArrays
+from .jit_bulk import grow, wrap32
+from .programs import (INT32_MAX, INT32_MIN, MAX_TERMS, NK_COMPONENT, NK_DESCRIPTOR,
+                       NK_DIM_RANGE, NK_INPUT, OP_COMP_OFFSET, OP_NODE, OP_OFFSET, OP_ROUND_T,
+                       OP_SET_T, OP_SET_X, P_AND, P_CONST, P_IFDEF, P_TERM, JitPlan)
 
 if TYPE_CHECKING:
-    from ..nnet.nnet import Nnet
+    from ...nnet.nnet import Nnet
 
 _I64 = np.int64
-_INT32_MIN, _INT32_MAX = -(2 ** 31), 2 ** 31 - 1
 _MAX_TERMS = MAX_TERMS
 
 # Status codes.
@@ -72,7 +74,7 @@ C_DEP_START, C_DEP_LEN, C_RAW_START, C_RAW_LEN, C_DOT_HEAD, C_DOT_TAIL = (
     9, 10, 11, 12, 13, 14)
 NUM_COLS = 15
 
-# ComputableInfo values (as graph_types).
+# ComputableInfo values (as computation_graph.K_*).
 _UNKNOWN, _COMPUTABLE, _NOT_COMPUTABLE = 0, 1, 2
 
 
@@ -86,11 +88,6 @@ def _grow_rows(a, need):
     b = np.empty((size, a.shape[1]), dtype=a.dtype)
     b[:a.shape[0]] = a
     return b
-
-
-@njit(cache=True, nogil=True)
-def _wrap(v):
-    return ((v - _INT32_MIN) % 4294967296) + _INT32_MIN
 
 
 @njit(cache=True, nogil=True)
@@ -138,30 +135,30 @@ def _map_term(fwd, switch_table, row, n, t, x):
     when the Python code would do something this loop does not copy."""
     while True:
         op = fwd[row, 0]
-        if op == F_NODE:
+        if op == OP_NODE:
             return True, fwd[row, 1], n, t, x
-        if op == F_OFFSET:
-            n = _wrap(n + fwd[row, 1])
-            t = _wrap(t + fwd[row, 2])
-            x = _wrap(x + fwd[row, 3])
-        elif op == F_COMP_OFFSET:
+        if op == OP_OFFSET:
+            n = wrap32(n + fwd[row, 1])
+            t = wrap32(t + fwd[row, 2])
+            x = wrap32(x + fwd[row, 3])
+        elif op == OP_COMP_OFFSET:
             if t == K_NO_TIME:
                 return False, 0, n, t, x
             n += fwd[row, 1]
             t += fwd[row, 2]
             x += fwd[row, 3]
-            if (n < _INT32_MIN or n > _INT32_MAX or t < _INT32_MIN or t > _INT32_MAX
-                    or x < _INT32_MIN or x > _INT32_MAX):
+            if (n < INT32_MIN or n > INT32_MAX or t < INT32_MIN or t > INT32_MAX
+                    or x < INT32_MIN or x > INT32_MAX):
                 return False, 0, n, t, x
-        elif op == F_ROUND:
+        elif op == OP_ROUND_T:
             t -= t % fwd[row, 1]      # floor modulus, as Python's
-            if t < _INT32_MIN:
+            if t < INT32_MIN:
                 return False, 0, n, t, x
-        elif op == F_SET_T:
+        elif op == OP_SET_T:
             t = fwd[row, 1]
-        elif op == F_SET_X:
+        elif op == OP_SET_X:
             x = fwd[row, 1]
-        else:   # F_SWITCH
+        else:   # OP_SWITCH
             row = switch_table[fwd[row, 2] + t % fwd[row, 1]]
             continue
         row = fwd[row, 4]
@@ -534,16 +531,16 @@ def _build(init_node, init_n, init_t, init_x, num_in, max_distance, kind, needs_
             cap = 2 * state.shape[0]
             state = _grow_rows(state, cap)
             queues = _grow_queues(queues, cap)
-            stack_c = _grow(stack_c, cap)
-            stack_i = _grow(stack_i, cap)
+            stack_c = grow(stack_c, cap)
+            stack_i = grow(stack_i, cap)
         if 2 * (count + _ROOM) > slots.shape[0]:
             slots = _rehash(state, count, 4 * slots.shape[0])
-        deps = _grow(deps, sc[S_NUM_DEPS] + _ROOM)
-        raw = _grow(raw, sc[S_NUM_RAW] + _ROOM)
+        deps = grow(deps, sc[S_NUM_DEPS] + _ROOM)
+        raw = grow(raw, sc[S_NUM_RAW] + _ROOM)
         need = sc[S_NUM_EDGES] + _ROOM
-        edge_src = _grow(edge_src, need)
-        edge_dst = _grow(edge_dst, need)
-        edge_next = _grow(edge_next, need)
+        edge_src = grow(edge_src, need)
+        edge_dst = grow(edge_dst, need)
+        edge_next = grow(edge_next, need)
     if status != OK:
         return status, 0, 0, 0, 0, 0, state, deps, raw, edge_src, edge_dst
     return (OK, sc[S_COUNT], sc[S_DISTANCE], sc[S_NUM_DEPS], sc[S_NUM_RAW], sc[S_NUM_EDGES],
@@ -679,7 +676,6 @@ class JitGraph:
 
     def graph_arrays(self) -> "Any":
         """The unpruned graph as GraphArrays (dependencies sorted, unique)."""
-        from .graph_types import GraphArrays
         s = self.state
         lens = s[:, C_DEP_LEN]
         offsets = np.zeros(len(s) + 1, dtype=_I64)
@@ -725,7 +721,6 @@ class JitGraph:
 
     def prune(self) -> "Any | None":
         """The pruned graph as GraphArrays, or None where Prune() would fail."""
-        from .graph_types import GraphArrays
         p = self.plan
         status, keep, offsets, flat, num_flat = _prune(self.state, self.deps, self.raw, p.kind,
                                              p.is_output, p.prog_start, p.prog_len, p.prog)
@@ -741,7 +736,7 @@ def build_graph_jit(plan: JitPlan, nnet: "Nnet", request: Any,
                     max_distance: int = 10000) -> JitGraph | None:
     """Kaldi's ComputeComputationGraph for ``request`` on an empty graph, or
     None when the Python algorithm must run instead (it raises the errors)."""
-    from ..nnet.index import index_columns
+    from ...nnet.index import index_columns
 
     nodes, cols = [], []
     num_in = num_out = 0
@@ -762,7 +757,7 @@ def build_graph_jit(plan: JitPlan, nnet: "Nnet", request: Any,
     if num_in == 0 or num_out == 0:
         return None
     rows = np.concatenate(cols)
-    if rows.min() < _INT32_MIN or rows.max() > _INT32_MAX:
+    if rows.min() < INT32_MIN or rows.max() > INT32_MAX:
         return None
     init_node = np.concatenate(nodes)
     (status, count, distance, num_deps, num_raw, num_edges, state, deps, raw, edge_src,

@@ -4,7 +4,9 @@ On disk an AmNnetSimple is just the nnet (``<Nnet3> ... </Nnet3>``) followed by
 ``<LeftContext> L <RightContext> R <Priors> vector``; there is no header or
 footer of its own.  Kaldi does not trust the stored contexts: after reading
 it recomputes them from the network (SetContext), and so do we, so a file
-with stale contexts is written back corrected, as Kaldi would.
+with stale contexts is written back corrected, as Kaldi would.  That
+computation builds computation graphs (:mod:`.graph.context`), which is why
+model files are read here, above the nnet layer.
 """
 from __future__ import annotations
 
@@ -16,18 +18,19 @@ from .. import log as _logmod
 from ..errors import FormatError
 from ..io.kaldi_io import (KaldiReader, KaldiWriter, kaldi_object_bytes, open_kaldi_object,
                            write_wxfilename)
-from .transition_model import TransitionModel
+from ..nnet.transition_model import TransitionModel
+from .graph.context import compute_simple_nnet_context, nnet_info
 
 if TYPE_CHECKING:
-    from .nnet import Nnet
+    from ..nnet.nnet import Nnet
 
 
 
 def _read_nnet(r: KaldiReader) -> "Nnet":
-    # Imported lazily: the Nnet class pulls in every component and the
-    # compiler, and this module must stay cheap to import for tools that only
-    # touch the TransitionModel.
-    from .nnet import Nnet
+    # Imported lazily: the Nnet class pulls in every component, and this
+    # module must stay cheap to import for tools that only touch the
+    # TransitionModel.
+    from ..nnet.nnet import Nnet
 
     return Nnet.read(r)
 
@@ -39,8 +42,6 @@ def _compute_context(nnet: "Nnet") -> tuple[int, int]:
     meant for (no ``input``/``output`` nodes, extra inputs other than
     ``ivector``).
     """
-    from .context import compute_simple_nnet_context
-
     left, right = compute_simple_nnet_context(nnet)
     return int(left), int(right)
 
@@ -138,7 +139,7 @@ class AmNnetSimple:
             lines.append(f"prior-min: {_fmt_float(float(self.priors.min()))}")
             lines.append(f"prior-max: {_fmt_float(float(self.priors.max()))}")
         lines.append("# Nnet info follows.")
-        return "\n".join(lines) + "\n" + self.nnet.info()
+        return "\n".join(lines) + "\n" + nnet_info(self.nnet)
 
 
 # ---------------------------------------------------------------------------

@@ -1,8 +1,9 @@
-"""Vectorised ComputationGraphBuilder for networks without recurrence.
+"""Vectorised graph building for networks without recurrence: an acceleration
+of :meth:`.builder.ComputationGraphBuilder.compute` (the reference).
 
-:class:`~pynnet3.compile.graph.ComputationGraphBuilder` follows Kaldi one
-cindex at a time; a 64-sequence TDNN-F training request has millions of
-cindexes, far too many for per-element Python.  This module produces the
+The reference follows Kaldi one cindex at a time; a 64-sequence TDNN-F
+training request has millions of cindexes, far too many for per-element
+Python.  This module produces the
 *same* graph (same cindex_ids in the same order, same dependencies, same
 states) with NumPy, for the common case, and says "no" otherwise so that the
 builder runs the exact algorithm instead.
@@ -34,7 +35,7 @@ cindex).  Anything else -- a missing input frame, recurrence, a hook that
 raises, an unusual request -- makes :func:`build_graph_bulk` return None and
 the exact algorithm runs from scratch (and raises the errors it raises).
 
-Pruning in the same situation is also vectorised (graph_bulk_prune.py): only
+Pruning in the same situation is also vectorised (:mod:`.bulk_prune`): only
 ``Failover`` second branches and components' own ``is_computable`` can drop
 dependencies, and what is required is what the outputs reach.
 
@@ -43,7 +44,10 @@ Most dependencies are "offsets": the cindex ``(node, index)`` depends on
 simple and TDNN components); those of a whole level are computed by a few
 array operations from per-node tables.  ``ReplaceIndex()``, ``Round()`` and
 ``Switch()`` are vectorised per node, and components with their own index
-hooks are asked once per cindex.
+hooks are asked once per cindex.  When every node's dependencies are
+forwarding programs (:mod:`.programs`' JitPlan, the tables :mod:`.jit_exact`
+reads too), :mod:`.jit_bulk` runs the whole closure as one Numba loop
+instead of level by level.
 """
 from __future__ import annotations
 
@@ -53,22 +57,21 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from ..nnet import descriptor as d
-from ..nnet.components.base import Component
-from ..nnet.graph import graph_has_cycles, nnet_to_directed_graph
-from ..nnet.index import K_NO_TIME, Index
-from ..nnet.nnet import NodeType
-from .graph_bulk_index import CindexIndex
-from . import graph_bulk_jit as _jit
-from .graph_bulk_jit import closure
-from .graph_types import GraphArrays
-from .request import ComputationRequest
+from ...nnet import descriptor as d
+from ...nnet.graph import graph_has_cycles, nnet_to_directed_graph
+from ...nnet.index import K_NO_TIME, Index
+from ...nnet.nnet import NodeType
+from ..request import ComputationRequest
+from .cindex_index import CindexIndex
+from .computation_graph import GraphArrays
+from .jit_bulk import closure
+from .programs import (INT32_MAX, INT32_MIN, JitPlan, Unsupported, component_offsets,
+                       make_jit_plan, uses_default_hooks)
 
 if TYPE_CHECKING:
-    from ..nnet.nnet import Nnet
+    from ...nnet.nnet import Nnet
 
 _I64 = np.int64
-_INT32_MIN, _INT32_MAX = -(2 ** 31), 2 ** 31 - 1
 _TWO32 = 2 ** 32
 # More levels than this and the exact algorithm decides (it gives up at 10000
 # iterations, and every level takes at least one iteration).
@@ -76,7 +79,7 @@ _MAX_LEVELS = 5000
 _new_index = tuple.__new__
 
 
-class _Fallback(Exception):
+class Fallback(Exception):
     """The request leaves the fast path's guarantees: use the exact algorithm."""
 
 
@@ -89,16 +92,12 @@ Term = Callable[[np.ndarray, np.ndarray, np.ndarray],
 # The same when it is a plain offset: (src node, dn, dt, dx).
 Offset = tuple[int, int, int, int]
 
-_KIND_INPUT, _KIND_TERMS, _KIND_GENERIC_COMPONENT, _KIND_GENERIC_DESCRIPTOR = 0, 1, 2, 3
+KIND_INPUT, KIND_TERMS, KIND_GENERIC_COMPONENT, KIND_GENERIC_DESCRIPTOR = 0, 1, 2, 3
 
 
 def _wrap32(v: np.ndarray) -> np.ndarray:
     # Offsets are added in int32 arithmetic (the scalar code wraps the same way).
-    return (v - _INT32_MIN) % _TWO32 + _INT32_MIN
-
-
-class _Unsupported(Exception):
-    pass
+    return (v - INT32_MIN) % _TWO32 + INT32_MIN
 
 
 def _forwarding_term(f: d.ForwardingDescriptor) -> tuple[Term, Offset | None]:
@@ -126,19 +125,19 @@ def _forwarding_term(f: d.ForwardingDescriptor) -> tuple[Term, Offset | None]:
         inner, _ = _forwarding_term(f.src)
         m = int(f.t_modulus)
         if m < 1:
-            raise _Unsupported("bad Round() modulus")
+            raise Unsupported("bad Round() modulus")
 
         def rounding(n, t, x):
             t2 = t - t % m        # NumPy's % is Python's (floor) modulus
-            if t2.size and int(t2.min()) < _INT32_MIN:
-                raise _Fallback("Round() below the int32 range")
+            if t2.size and int(t2.min()) < INT32_MIN:
+                raise Fallback("Round() below the int32 range")
             return inner(n, t2, x)
         return rounding, None
     if tp is d.ReplaceIndexForwardingDescriptor:
         inner, _ = _forwarding_term(f.src)
         value = int(f.value)
-        if not _INT32_MIN <= value <= _INT32_MAX:
-            raise _Unsupported("ReplaceIndex() value out of range")
+        if not INT32_MIN <= value <= INT32_MAX:
+            raise Unsupported("ReplaceIndex() value out of range")
         if f.variable_name == "t":
             return (lambda n, t, x: inner(n, np.full_like(t, value), x)), None
         return (lambda n, t, x: inner(n, t, np.full_like(x, value))), None
@@ -156,53 +155,7 @@ def _forwarding_term(f: d.ForwardingDescriptor) -> tuple[Term, Offset | None]:
                         col[sel] = val
             return tuple(out)
         return switching, None
-    raise _Unsupported(f"forwarding descriptor {tp.__name__}")
-
-
-# Ops of a term's program for graph_bulk_jit (applied in order to the
-# output Index): add (dn, dt, dx) wrapping like int32, add without wrapping
-# (a component's offsets: out of range means "not the fast path"), round t
-# down to a multiple, replace t, replace x.
-OP_ADD, OP_ADD_NOWRAP, OP_ROUND_T, OP_SET_T, OP_SET_X = 0, 1, 2, 3, 4
-if (OP_ADD, OP_ADD_NOWRAP, OP_ROUND_T, OP_SET_T, OP_SET_X) != (
-        _jit._ADD, _jit._ADD_NOWRAP, _jit._ROUND_T, _jit._SET_T, _jit._SET_X):
-    raise ImportError("graph_bulk and graph_bulk_jit disagree on the op codes")
-Program = tuple[int, list[tuple[int, int, int, int]]]   # (src node, ops)
-
-
-def _forwarding_program(f: d.ForwardingDescriptor) -> Program | None:
-    """The term of one forwarding expression as (src node, ops), or None
-    when it has no such form (Switch())."""
-    tp = type(f)
-    if tp is d.SimpleForwardingDescriptor:
-        return f.src_node, []
-    if tp is d.OffsetForwardingDescriptor:
-        inner = _forwarding_program(f.src)
-        dn, dt, dx = (int(v) for v in f.offset)
-        return None if inner is None else (inner[0], [(OP_ADD, dn, dt, dx)] + inner[1])
-    if tp is d.RoundingForwardingDescriptor:
-        inner = _forwarding_program(f.src)
-        m = int(f.t_modulus)
-        return None if inner is None or m < 1 else (inner[0], [(OP_ROUND_T, m, 0, 0)] + inner[1])
-    if tp is d.ReplaceIndexForwardingDescriptor:
-        inner = _forwarding_program(f.src)
-        op = OP_SET_T if f.variable_name == "t" else OP_SET_X
-        if not _INT32_MIN <= int(f.value) <= _INT32_MAX:
-            return None
-        return None if inner is None else (inner[0], [(op, int(f.value), 0, 0)] + inner[1])
-    return None
-
-
-def _sum_programs(p: d.SumDescriptor, out: list[Program | None]) -> None:
-    """Programs of a SumDescriptor's dependencies, in _sum_terms order."""
-    tp = type(p)
-    if tp is d.SimpleSumDescriptor:
-        out.append(_forwarding_program(p.src))
-    elif tp is d.OptionalSumDescriptor:
-        _sum_programs(p.src, out)
-    elif tp is d.BinarySumDescriptor:
-        _sum_programs(p.src1, out)
-        _sum_programs(p.src2, out)
+    raise Unsupported(f"forwarding descriptor {tp.__name__}")
 
 
 def _sum_terms(p: d.SumDescriptor, used: bool,
@@ -223,44 +176,11 @@ def _sum_terms(p: d.SumDescriptor, used: bool,
         _sum_terms(p.src1, used, out)
         _sum_terms(p.src2, used and p.op == d.BinarySumDescriptor.SUM, out)
     else:
-        raise _Unsupported(f"sum descriptor {tp.__name__}")
-
-
-def _defining_class(cls: type, name: str) -> type | None:
-    for c in cls.__mro__:
-        if name in c.__dict__:
-            return c
-    return None
-
-
-def uses_default_hooks(comp: Component) -> bool:
-    """True if the component maps each output Index to the same input Index
-    (it keeps Component's hooks; e.g. GeneralDropoutComponent, which is not
-    "simple" only because of its precomputed indexes)."""
-    cls = type(comp)
-    return (cls.get_input_indexes is Component.get_input_indexes
-            and cls.is_computable is Component.is_computable)
-
-
-def _component_offsets(comp: Component) -> list[tuple[int, int, int]] | None:
-    """Offsets (dn, dt, dx) if the component's inputs are its output Index plus
-    fixed offsets, all required (see Component.get_input_index_offsets)."""
-    if uses_default_hooks(comp):
-        return [(0, 0, 0)]
-    cls = type(comp)
-    owner = _defining_class(cls, "get_input_index_offsets")
-    # The hook speaks for get_input_indexes/is_computable only if it was
-    # written next to them (a subclass overriding those must override it too).
-    if (owner is None or owner is Component
-            or _defining_class(cls, "get_input_indexes") is not owner
-            or _defining_class(cls, "is_computable") is not owner):
-        return None
-    offsets = comp.get_input_index_offsets()
-    return None if offsets is None else [tuple(int(v) for v in o) for o in offsets]
+        raise Unsupported(f"sum descriptor {tp.__name__}")
 
 
 @dataclass
-class _NodePlan:
+class NodePlan:
     kind: int
     # (term, used) per dependency, in get_dependencies() order.
     terms: list[tuple[Term, bool]] = field(default_factory=list)
@@ -274,8 +194,6 @@ class _NodePlan:
     needs_time: bool = False
     all_used: bool = True
     hook: Any = None   # the Component or Descriptor asked per cindex
-    # The terms as programs for graph_bulk_jit, None if one has no such form.
-    programs: list[Program] | None = None
 
 
 class BulkPlan:
@@ -285,10 +203,10 @@ class BulkPlan:
     def __init__(self, nnet: "Nnet") -> None:
         self.eligible = not graph_has_cycles(nnet_to_directed_graph(nnet))
         self.num_nodes = nnet.num_nodes()
-        self.plans: list[_NodePlan] = [self._plan(nnet, n, node)
-                                       for n, node in enumerate(nnet.nodes)]
+        self.plans: list[NodePlan] = [self._plan(nnet, n, node)
+                                      for n, node in enumerate(nnet.nodes)]
         plans = self.plans
-        self.is_input_node = np.array([p.kind == _KIND_INPUT for p in plans], dtype=bool)
+        self.is_input_node = np.array([p.kind == KIND_INPUT for p in plans], dtype=bool)
         self.is_output_node = np.array([nnet.is_output_node(n) for n in range(self.num_nodes)],
                                        dtype=bool)
         # Per node, for whole levels at once: is every dependency an offset,
@@ -306,58 +224,37 @@ class BulkPlan:
         self.term_src, self.term_dn, self.term_dt, self.term_dx = (
             np.array(c, dtype=_I64) for c in cols[:4])
         self.term_wrap = np.array(cols[4], dtype=bool)
-        # For graph_bulk_jit: every node's terms as programs, in CSR form
-        # (None if some node has a term without one).
-        self.jit_tables: tuple[np.ndarray, ...] | None = None
-        if all(p.kind == _KIND_INPUT or (p.kind == _KIND_TERMS and p.programs is not None)
-               for p in plans):
-            node_start, node_count, src, op_start, op_count, ops = [], [], [], [], [], []
-            for p in plans:
-                node_start.append(len(src))
-                node_count.append(len(p.programs or ()))
-                for term_src, term_ops in p.programs or ():
-                    src.append(term_src)
-                    op_start.append(len(ops))
-                    op_count.append(len(term_ops))
-                    ops.extend(term_ops)
-            self.jit_tables = (
-                np.array(node_start, dtype=_I64), np.array(node_count, dtype=_I64),
-                np.array(src, dtype=_I64), np.array(op_start, dtype=_I64),
-                np.array(op_count, dtype=_I64),
-                np.array(ops, dtype=_I64).reshape(len(ops), 4))
+        # For jit_bulk: every node's dependencies as forwarding programs (the
+        # tables jit_exact reads too), or None if some node is beyond them.
+        self.jit_plan: JitPlan | None = make_jit_plan(nnet) if self.eligible else None
 
     @staticmethod
-    def _plan(nnet: "Nnet", n: int, node: Any) -> _NodePlan:
+    def _plan(nnet: "Nnet", n: int, node: Any) -> NodePlan:
         kind = node.node_type
         if kind is NodeType.INPUT:
-            return _NodePlan(_KIND_INPUT)
+            return NodePlan(KIND_INPUT)
         if kind is NodeType.DIM_RANGE:
             src = node.node_index
-            return _NodePlan(_KIND_TERMS, [(lambda a, b, c: (src, a, b, c), True)],
-                             [(src, 0, 0, 0)], programs=[(src, [])])
+            return NodePlan(KIND_TERMS, [(lambda a, b, c: (src, a, b, c), True)],
+                            [(src, 0, 0, 0)])
         if kind is NodeType.DESCRIPTOR:
             desc = node.descriptor
             terms: list[tuple[Term, bool, Offset | None]] = []
             try:
                 if type(desc) is not d.Descriptor:
-                    raise _Unsupported("descriptor type")
+                    raise Unsupported("descriptor type")
                 for p in desc.parts:
                     _sum_terms(p, True, terms)
-            except _Unsupported:
-                return _NodePlan(_KIND_GENERIC_DESCRIPTOR, hook=desc)
+            except Unsupported:
+                return NodePlan(KIND_GENERIC_DESCRIPTOR, hook=desc)
             offsets = [off for _, _, off in terms]
-            programs: list[Program | None] = []
-            for p in desc.parts:
-                _sum_programs(p, programs)
-            ok = len(programs) == len(terms) and None not in programs
-            return _NodePlan(_KIND_TERMS, [(fn, used) for fn, used, _ in terms],
-                             None if None in offsets else offsets,
-                             all_used=all(used for _, used, _ in terms),
-                             programs=programs if ok else None)  # type: ignore[arg-type]
+            return NodePlan(KIND_TERMS, [(fn, used) for fn, used, _ in terms],
+                            None if None in offsets else offsets,
+                            all_used=all(used for _, used, _ in terms))
         comp = nnet.component_for_node(n)
-        offsets = _component_offsets(comp)
+        offsets = component_offsets(comp)
         if offsets is None:
-            return _NodePlan(_KIND_GENERIC_COMPONENT, hook=comp)
+            return NodePlan(KIND_GENERIC_COMPONENT, hook=comp)
         src = n - 1
         terms = []
         for dn, dt, dx in offsets:
@@ -366,9 +263,88 @@ class BulkPlan:
                 _check_int32(*ans[1:])
                 return ans
             terms.append((term, True))
-        return _NodePlan(_KIND_TERMS, terms, [(src, *o) for o in offsets], wrap=False,
-                         needs_time=not uses_default_hooks(comp),
-                         programs=[(src, [(OP_ADD_NOWRAP, *o)]) for o in offsets])
+        return NodePlan(KIND_TERMS, terms, [(src, *o) for o in offsets], wrap=False,
+                        needs_time=not uses_default_hooks(comp))
+
+
+# -- per-cindex hooks, asked on the finished graph ----------------------------------
+
+class NodeSets:
+    """Membership in the finished (all computable) graph, for per-cindex hooks."""
+
+    def __init__(self, arrays: GraphArrays) -> None:
+        self._arrays = arrays
+        self._sets: dict[int, set] = {}
+
+    def of(self, node: int) -> set:
+        s = self._sets.get(node)
+        if s is None:
+            a = self._arrays
+            sel = np.flatnonzero(a.node == node)
+            s = set(zip(a.n[sel].tolist(), a.t[sel].tolist(), a.x[sel].tolist()))
+            self._sets[node] = s
+        return s
+
+    def index_set(self, node: int) -> "_IndexSetView":
+        return _IndexSetView(self.of(node))
+
+    def cindex_set(self) -> "_CindexSetView":
+        return _CindexSetView(self)
+
+
+class _IndexSetView:
+    __slots__ = ("_s",)
+
+    def __init__(self, s: set) -> None:
+        self._s = s
+
+    def __contains__(self, index: Any) -> bool:
+        return tuple(index) in self._s
+
+    __call__ = __contains__
+
+
+class _CindexSetView:
+    __slots__ = ("_sets",)
+
+    def __init__(self, sets: NodeSets) -> None:
+        self._sets = sets
+
+    def __contains__(self, cindex: Any) -> bool:
+        node, index = cindex
+        return tuple(index) in self._sets.of(node)
+
+    __call__ = __contains__
+
+
+def hook_is_computable(p: NodePlan, nd: int, index: Index, sets: NodeSets, misc: Any,
+                       want_used: bool) -> tuple[bool, list]:
+    """Ask a per-cindex hook; ``used`` as (node, n, t, x) rows."""
+    if p.kind == KIND_GENERIC_COMPONENT:
+        ok, used = p.hook.is_computable(misc, index, sets.index_set(nd - 1))
+        return bool(ok), [(nd - 1,) + tuple(i) for i in used] if want_used else []
+    used_set: set | None = set() if want_used else None
+    ok = p.hook.is_computable(index, sets.cindex_set(), used_set)
+    return bool(ok), [(c[0],) + tuple(c[1]) for c in used_set] if want_used else []
+
+
+def hooks_agree_computable(plan: BulkPlan, arrays: GraphArrays, misc_info: Any) -> bool:
+    """True if every cindex of a node with per-cindex hooks is computable from
+    (all of) the graph; then, the graph being acyclic, everything is."""
+    sets = NodeSets(arrays)
+    for nd, p in enumerate(plan.plans):
+        if p.kind not in (KIND_GENERIC_COMPONENT, KIND_GENERIC_DESCRIPTOR):
+            continue
+        sel = np.flatnonzero(arrays.node == nd)
+        try:
+            for row in zip(arrays.n[sel].tolist(), arrays.t[sel].tolist(),
+                           arrays.x[sel].tolist()):
+                if not hook_is_computable(p, nd, _new_index(Index, row), sets,
+                                          misc_info, False)[0]:
+                    return False
+        except Exception:   # the exact algorithm decides what this means
+            return False
+    return True
 
 
 # -- the result ----------------------------------------------------------------------------
@@ -389,7 +365,7 @@ class BulkGraph:
     num_outputs: int
     expand_rank: np.ndarray
     # The cindex -> id lookup; made from the arrays when first asked for if
-    # the compiled closure (graph_bulk_jit.py) built the graph.
+    # the compiled closure (jit_bulk.py) built the graph.
     _index: CindexIndex | None = None
     num_nodes: int = 0
 
@@ -442,7 +418,7 @@ def _request_columns(ios: Sequence[Any], nnet: "Nnet") -> tuple[np.ndarray, ...]
     if not nodes:
         return None
     rows = np.concatenate(cols)
-    if rows.size and (rows.min() < _INT32_MIN or rows.max() > _INT32_MAX):
+    if rows.size and (rows.min() < INT32_MIN or rows.max() > INT32_MAX):
         return None
     return np.concatenate(nodes), rows[:, 0].copy(), rows[:, 1].copy(), rows[:, 2].copy()
 
@@ -466,8 +442,8 @@ def _group_by(values: np.ndarray) -> list[tuple[int, np.ndarray]]:
 
 def _check_int32(*cols: np.ndarray) -> None:
     for c in cols:
-        if c.size and (int(c.min()) < _INT32_MIN or int(c.max()) > _INT32_MAX):
-            raise _Fallback("index out of the int32 range")
+        if c.size and (int(c.min()) < INT32_MIN or int(c.max()) > INT32_MAX):
+            raise Fallback("index out of the int32 range")
 
 
 def _ragged_positions(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -496,10 +472,10 @@ class _Builder:
         m = len(node)
         node, n, t, x = node[::-1], n[::-1], t[::-1], x[::-1]   # processing order
         if plan.is_input_node[node].any():
-            raise _Fallback("input-node cindex not supplied by the request")
+            raise Fallback("input-node cindex not supplied by the request")
         timed = plan.needs_time[node]
         if timed.any() and (t[timed] == K_NO_TIME).any():
-            raise _Fallback("offset component asked for t = kNoTime")
+            raise Fallback("offset component asked for t = kNoTime")
         is_off = plan.is_offsets[node]
         counts = plan.num_terms[node]
         slow: list[tuple[int, np.ndarray, list | None]] = []
@@ -509,7 +485,7 @@ class _Builder:
                 pos = others[pos]
                 p = plan.plans[nd]
                 lists = None
-                if p.kind != _KIND_TERMS:
+                if p.kind != KIND_TERMS:
                     lists = self._generic_dependencies(nd, p, n[pos], t[pos], x[pos])
                     counts[pos] = [len(lst) for lst in lists]
                 slow.append((nd, pos, lists))
@@ -530,13 +506,13 @@ class _Builder:
             cols.append(c)
         e_n, e_t, e_x = cols
         for c in cols:
-            if c.size and (int(c.min()) < _INT32_MIN or int(c.max()) > _INT32_MAX):
-                bad = (c < _INT32_MIN) | (c > _INT32_MAX)
+            if c.size and (int(c.min()) < INT32_MIN or int(c.max()) > INT32_MAX):
+                bad = (c < INT32_MIN) | (c > INT32_MAX)
                 if slow:
                     bad &= off_entry      # (the others are filled in below)
                 bad = np.flatnonzero(bad)
                 if not plan.term_wrap[term[bad]].all():
-                    raise _Fallback("index out of the int32 range")
+                    raise Fallback("index out of the int32 range")
                 c[bad] = _wrap32(c[bad])
         # The others, node by node.
         for nd, pos, lists in slow:
@@ -598,12 +574,12 @@ class _Builder:
             flat_out[_ragged_positions(offsets[m - 1 - pos], c)] = values
         return counts_by_id.copy(), flat_out
 
-    def _generic_dependencies(self, nd: int, p: _NodePlan, n: np.ndarray, t: np.ndarray,
+    def _generic_dependencies(self, nd: int, p: NodePlan, n: np.ndarray, t: np.ndarray,
                               x: np.ndarray) -> list[list[tuple[int, int, int, int]]]:
         """Per cindex, the dependencies a hook lists, as (node, n, t, x) rows."""
         out = []
         try:
-            if p.kind == _KIND_GENERIC_COMPONENT:
+            if p.kind == KIND_GENERIC_COMPONENT:
                 comp, src = p.hook, nd - 1
                 for row in zip(n.tolist(), t.tolist(), x.tolist()):
                     deps = comp.get_input_indexes(self.misc, _new_index(Index, row))
@@ -614,7 +590,7 @@ class _Builder:
                     deps = desc.get_dependencies(_new_index(Index, row))
                     out.append([(int(nd2), int(i[0]), int(i[1]), int(i[2])) for nd2, i in deps])
         except Exception as e:   # the exact algorithm decides what this means
-            raise _Fallback(f"hook raised {e!r}") from e
+            raise Fallback(f"hook raised {e!r}") from e
         return out
 
 
@@ -626,13 +602,11 @@ def build_graph_bulk(plan: BulkPlan, nnet: "Nnet",
         return None
     try:
         return _build(plan, nnet, request)
-    except _Fallback:
+    except Fallback:
         return None
 
 
 def _build(plan: BulkPlan, nnet: "Nnet", request: ComputationRequest) -> BulkGraph | None:
-    from .graph_bulk_prune import hooks_agree_computable
-
     ins = _request_columns(request.inputs, nnet)
     outs = _request_columns(request.outputs, nnet)
     if ins is None or outs is None or not len(ins[0]) or not len(outs[0]):

@@ -1,12 +1,15 @@
-"""The Descriptor part of the compiler: where each input row comes from, and
-the row commands that sum it up (forward) or spread the derivative back.
+"""Descriptor steps as commands: where each input row of a descriptor step
+comes from, and the row commands that sum it up (forward) or spread the
+derivative back.
 
-Split out of compiler.py; these are the parts of Kaldi's Compiler
-(nnet-compile.cc) that deal with one SumDescriptor (one Append term) of a
-descriptor step: ComputeInputLocationsList, SplitByScale,
+These are the parts of Kaldi's Compiler (nnet-compile.cc) that deal with one
+SumDescriptor (one Append term) of a descriptor step, below
+CompileForwardSumDescriptor / CompileBackwardSumDescriptor (which stay with
+the Compiler's step loop in compiler.py): ComputeInputLocationsList,
+SplitByScale,
 Compile{Forward,Backward}From{SubmatLocationsList,SubmatLocations,Indexes}.
 
-Locations are handled as :class:`~.compile_utils.PairLists` of (step, row)
+Locations are handled as :class:`~.split_locations.PairLists` of (step, row)
 and then (submatrix, row) pairs, one list per output row, so that a part
 with thousands of rows is processed by array operations.
 """
@@ -19,15 +22,13 @@ import numpy as np
 from ..errors import PynnetError
 from ..nnet import descriptor as d
 from ..nnet.index import K_NO_TIME, Index
-from .compile_utils import (PairLists, _as_split, _split_locations_backward_small,
-                            _split_locations_small, _use_lists,
-                            convert_to_indexes, ensure_contiguous_property,
-                            has_contiguous_property,
-                            split_locations, split_locations_backward)
 from .computation import Command, CommandType, NnetComputation
-from .graph_types import CindexSet, ComputationGraph
+from .graph.computation_graph import CindexSet, ComputationGraph
 from .n_stride import IndexList
-from .steps import _CindexTable as _StepsCindexTable
+from .split_locations import (PairLists, as_split, convert_to_indexes, ensure_contiguous_property,
+                              has_contiguous_property, split_locations, split_locations_backward,
+                              split_locations_backward_small, split_locations_small, use_lists)
+from .steps_table import CindexKeys
 
 __all__ = ["CindexTable", "compute_input_locations_list", "split_by_scale",
            "compile_forward_from_submat_locations_list", "compile_forward_from_step_locations",
@@ -47,7 +48,7 @@ class CindexTable:
         arrays = graph.arrays()
         if num_nodes is None:
             num_nodes = int(arrays.node.max()) + 1 if len(arrays.node) else 1
-        self._table = _StepsCindexTable(arrays, num_nodes)
+        self._table = CindexKeys(arrays, num_nodes)
         self.node = self._table.node
         self.index = self._table.ntx
 
@@ -369,10 +370,10 @@ def compile_forward_from_step_locations(computation: NnetComputation, value_subm
                                         step_value_list: Sequence[int]) -> None:
     """compile_forward_from_submat_locations_list of (step, row) locations,
     mapped to (submatrix, row) through ``step_value`` (the same as a list)."""
-    if _use_lists(step_lists):
+    if use_lists(step_lists):
         # A few rows (a recurrent layer's step per frame): the same decisions
         # on Python lists, which beats a dozen NumPy calls on tiny arrays.
-        for split in _split_locations_small(step_lists.to_lists_mapped(step_value_list)):
+        for split in split_locations_small(step_lists.to_lists_mapped(step_value_list)):
             _compile_forward_small(computation, value_submatrix, alpha, split)
         return
     compile_forward_from_submat_locations_list(computation, value_submatrix, alpha,
@@ -382,8 +383,8 @@ def compile_forward_from_step_locations(computation: NnetComputation, value_subm
 def compile_forward_from_submat_locations_list(computation: NnetComputation,
                                                value_submatrix: int, alpha: float,
                                                submat_lists: PairLists) -> None:
-    if _use_lists(submat_lists):
-        for split in _split_locations_small(submat_lists.to_lists()):
+    if use_lists(submat_lists):
+        for split in split_locations_small(submat_lists.to_lists()):
             _compile_forward_small(computation, value_submatrix, alpha, split)
         return
     single = _single_source_rows(submat_lists)
@@ -401,7 +402,7 @@ def _compile_forward_small(computation: NnetComputation, value_submatrix: int, a
     if len(firsts) != 1:
         # Several sources (AddRowsMulti), or none at all (the array code's answer).
         compile_forward_from_submat_locations(computation, value_submatrix, alpha,
-                                              _as_split(split))
+                                              as_split(split))
         return
     (source,) = firsts
     indexes = [r if s != -1 else -1 for s, r in split]
@@ -498,10 +499,10 @@ def compile_backward_from_step_locations(computation: NnetComputation, deriv_sub
     """compile_backward_from_submat_locations_list of (step, row) locations,
     mapped to (derivative submatrix, row) through ``step_deriv``; inputs whose
     derivative is not needed (submatrix 0) are left out."""
-    if _use_lists(step_lists):
+    if use_lists(step_lists):
         rows = [[p for p in row if p[0] > 0]
                 for row in step_lists.to_lists_mapped(step_deriv_list)]
-        for split in _split_locations_backward_small(rows):
+        for split in split_locations_backward_small(rows):
             _compile_backward_small(computation, deriv_submatrix, alpha, split)
         return
     mapped = step_lists.map_first(step_deriv)
@@ -519,7 +520,7 @@ def _compile_backward_small(computation: NnetComputation, deriv_submatrix: int, 
     firsts = {s for s, _ in split if s != -1}
     if len(firsts) != 1:
         compile_backward_from_submat_locations(computation, deriv_submatrix, alpha,
-                                               _as_split(split))
+                                               as_split(split))
         return
     (source,) = firsts
     indexes = [r if s != -1 else -1 for s, r in split]

@@ -1,5 +1,6 @@
-"""Which input frames each output frame of a feed-forward network reads,
-for computing its context without building computation graphs.
+"""Which input frames each output frame of a feed-forward network reads, for
+computing its context without building computation graphs: an acceleration
+of :func:`.context.compute_simple_nnet_context` (the reference), same answer.
 
 Kaldi's ComputeSimpleNnetContext (:mod:`.context`) builds the computation
 graph of a window of frames, several times, to see which outputs are
@@ -23,15 +24,14 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from .components.base import Component
-from .descriptor import (BinarySumDescriptor, ConstantSumDescriptor, Descriptor,
-                         ForwardingDescriptor, SimpleSumDescriptor, SumDescriptor)
-from .graph import graph_has_cycles, nnet_to_directed_graph
-from .index import Index
-from .nnet import NodeType
+from ...nnet.graph import graph_has_cycles, nnet_to_directed_graph
+from ...nnet.index import Index
+from ...nnet.nnet import NodeType
+from ..request import MiscComputationInfo
+from .programs import analyse_descriptor, component_offsets
 
 if TYPE_CHECKING:
-    from .nnet import Nnet
+    from ...nnet.nnet import Nnet
 
 # Per input node: [min relative, max relative, min absolute, max absolute]
 # frame read (None where there is none of that kind).  A relative frame r
@@ -79,40 +79,17 @@ class OutputReads:
         return ans
 
 
-def _sum_descriptor_needs_all(d: SumDescriptor) -> bool:
-    if isinstance(d, SimpleSumDescriptor):
-        return isinstance(d.src, ForwardingDescriptor)
-    if isinstance(d, ConstantSumDescriptor):
-        return True
-    if isinstance(d, BinarySumDescriptor):
-        return (d.op == BinarySumDescriptor.SUM and _sum_descriptor_needs_all(d.src1)
-                and _sum_descriptor_needs_all(d.src2))
-    return False  # IfDefined (OptionalSumDescriptor) or unknown
-
-
-def _component_needs_all(component: Component) -> bool:
-    cls = type(component)
-    if cls.is_computable is Component.is_computable \
-            and cls.get_input_indexes is Component.get_input_indexes:
-        return True
-    # The contract of get_input_index_offsets(): is_computable() needs all of
-    # get_input_indexes(); trusted only when the class defines all three.
-    defines = all(name in cls.__dict__ for name in
-                  ("get_input_index_offsets", "get_input_indexes", "is_computable"))
-    return defines and component.get_input_index_offsets() is not None
-
-
 def _applies(nnet: "Nnet") -> bool:
     if graph_has_cycles(nnet_to_directed_graph(nnet)):
         return False
     for node in nnet.nodes:
+        # Every dependency required: the same reading of the network as the
+        # accelerated graph builders' (programs.py).
         if node.node_type is NodeType.DESCRIPTOR:
-            d = node.descriptor
-            if not isinstance(d, Descriptor) or not all(
-                    _sum_descriptor_needs_all(p) for p in d.parts):
+            if not analyse_descriptor(node.descriptor)[0]:
                 return False
         elif node.node_type is NodeType.COMPONENT:
-            if not _component_needs_all(nnet.components[node.component_index]):
+            if component_offsets(nnet.components[node.component_index]) is None:
                 return False
     return True
 
@@ -132,8 +109,6 @@ def output_reads(nnet: "Nnet", modulus: int) -> OutputReads | None:
 
 class _Walker:
     def __init__(self, nnet: "Nnet", modulus: int) -> None:
-        from ..compile.request import MiscComputationInfo
-
         self.nnet = nnet
         self.modulus = modulus
         self.misc_info = MiscComputationInfo()

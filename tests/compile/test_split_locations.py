@@ -1,4 +1,4 @@
-"""compile_utils (Kaldi's nnet-compile-utils): the vectorised functions
+"""split_locations (Kaldi's nnet-compile-utils): the vectorised functions
 against plain loop ports of Kaldi's code, and Kaldi's documented examples."""
 from __future__ import annotations
 
@@ -7,12 +7,13 @@ import random
 import numpy as np
 import pytest
 
-from pynnet3.std_order import iteration_order
-from pynnet3.compile.compile_utils import (PairLists, convert_to_indexes,
-                                           ensure_contiguous_property, has_contiguous_property,
-                                           occurrence_rank, split_locations,
-                                           split_locations_backward, split_pair_list)
+from pynnet3 import fast_paths
+from pynnet3.compile.split_locations import (PairLists, convert_to_indexes,
+                                             ensure_contiguous_property, has_contiguous_property,
+                                             occurrence_rank, split_locations,
+                                             split_locations_backward, split_pair_list)
 from pynnet3.errors import PynnetError
+from pynnet3.std_order import iteration_order
 
 
 # -- loop ports of Kaldi's functions (the reference) --------------------------------
@@ -187,10 +188,11 @@ def test_split_locations_backward_properties(seed):
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_small_list_versions_match_array_versions(seed, monkeypatch):
+def test_small_list_versions_match_array_versions(seed):
     """split_locations(_backward) run on Python lists for small inputs
-    (_use_lists); both versions must give the same split lists."""
-    import pynnet3.compile.compile_utils as cu
+    (use_lists, fast_paths' split_on_lists); both versions must give the same
+    split lists."""
+    import pynnet3.compile.split_locations as cu
 
     rng = random.Random(500 + seed)
     for _ in range(50):
@@ -199,9 +201,9 @@ def test_small_list_versions_match_array_versions(seed, monkeypatch):
         pl = PairLists.from_lists(lists)
         results = []
         for use_lists in (False, True):
-            monkeypatch.setattr(cu, "_use_lists", lambda _lists, v=use_lists: v)
-            results.append([[a.tolist() for a in f(pl)] for f in
-                            (cu.split_locations, cu.split_locations_backward)])
+            with fast_paths.override(split_on_lists=use_lists):
+                results.append([[a.tolist() for a in f(pl)] for f in
+                                (cu.split_locations, cu.split_locations_backward)])
         assert results[0] == results[1], lists
 
 
