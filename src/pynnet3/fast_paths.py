@@ -36,6 +36,10 @@ class FastPaths:
     #: per-cindex algorithm (``compile.graph.builder``) only.  Read when a
     #: ComputationGraphBuilder is made.
     graph: bool = True
+    #: Look up where the compiler's descriptor inputs come from for whole
+    #: steps at once (``compile.descriptor_commands``); ``False`` asks the
+    #: Descriptors row by row, as Kaldi's ComputeInputLocationsList does.
+    input_locations: bool = True
     #: Find a network's left/right context from the frames each output reads
     #: (``compile.graph.context_reads``); ``False`` builds computation graphs
     #: as Kaldi's ComputeSimpleNnetContext.
@@ -59,7 +63,8 @@ class FastPaths:
 
 
 #: Every acceleration off: the definitions alone (slow; for tests).
-REFERENCE = FastPaths(graph=False, context_from_reads=False, analysis_jit=False)
+REFERENCE = FastPaths(graph=False, input_locations=False, context_from_reads=False,
+                      analysis_jit=False)
 
 _current = FastPaths()
 

@@ -7,7 +7,6 @@ import sys
 import tomllib
 from pathlib import Path
 
-import click
 import pytest
 
 from pynnet3.cli import BINARIES

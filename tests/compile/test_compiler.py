@@ -19,6 +19,7 @@ import copy
 import numpy as np
 import pytest
 
+from pynnet3 import fast_paths
 from pynnet3.compile.compiler import (Compiler, CompilerOptions, compile_computation,
                                       consolidate_io_operations)
 from pynnet3.compile.computation import (ARG_ROLES, Command, CommandType, NnetComputation,
@@ -244,9 +245,8 @@ def test_fast_input_locations_agree_with_general_path(seed):
     nnet = read_nnet(str(d / "final.raw"))
     request = read_request_file(str(d / "request.kaldi-text"))
     a = Compiler(request, nnet).create_computation()
-    slow = Compiler(request, nnet)
-    slow.use_fast_input_locations = False
-    b = slow.create_computation()
+    with fast_paths.override(input_locations=False):
+        b = Compiler(request, nnet).create_computation()
     names = (nnet.component_names, nnet.node_names)
     assert a.print(*names) == b.print(*names)
     assert all(np.array_equal(x, y) for x, y in zip(a.indexes_multi, b.indexes_multi))

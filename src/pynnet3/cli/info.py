@@ -27,6 +27,8 @@ See also: nnet3-am-info, nnet3-compile"""
 def command(args: tuple[str, ...]) -> None:
     check_num_args(args, (1, 2))
     from ..compile.computation_io import computation_from_bytes, is_computation_file
+    from ..compile.graph.context import nnet_info
+    from ..compile.model_io import nnet_from_bytes
     from ..errors import UsageError
     from ..io.kaldi_io import read_rxfilename
 

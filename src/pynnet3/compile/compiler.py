@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from .. import fast_paths
 from ..errors import PynnetError
 from ..log import verbose_level, vlog
 from ..nnet.components.base import Prop, UpdatableComponent
@@ -112,8 +113,6 @@ class Compiler:
         # cindex_id -> (step, row) of where it is computed (Kaldi's cindex_id_to_location_).
         self.loc_step = np.zeros(0, dtype=np.int64)
         self.loc_row = np.zeros(0, dtype=np.int64)
-        # Set by tests to compare the vectorised input-location code with the general one.
-        self.use_fast_input_locations = True
         # Per-compilation memos: component property flags, descriptor-part scales.
         self._props: dict[int, int] = {}
         self._scales: dict[int, tuple] = {}
@@ -420,7 +419,8 @@ class Compiler:
                 jobs.append((desc.part(p), out_arr))
                 groups.append((infos, bounds))
         results = compute_input_locations_lists(jobs, self.graph, table, self.loc_step,
-                                                self.loc_row, self.use_fast_input_locations)
+                                                self.loc_row,
+                                                fast_paths.current().input_locations)
         for (infos, bounds), locations in zip(groups, results):
             if len(infos) == 1:
                 infos[0].input_locations_list.append(locations)

@@ -24,6 +24,7 @@ from .components.base import Component, Prop, new_component_of_type, read_compon
 from .config_line import ConfigLine, is_valid_name, parse_config_lines, read_config_lines
 from .descriptor import Descriptor
 from .descriptor_parse import parse_descriptor
+from .graph import check_no_instantaneous_cycles
 
 
 class NodeType(enum.Enum):
