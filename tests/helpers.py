@@ -17,6 +17,16 @@ SHARED_REFERENCE = ROOT.parent / "shared" / "reference"
 CACHE_DIR = Path(os.environ.get("PYNNET3_TEST_CACHE", Path.home() / ".cache" / "pynnet3"))
 
 
+def nnet_from_config(text: str):
+    """An Nnet read from config text (as nnet3-init would), named ``<test>``
+    in its error messages."""
+    from pynnet3.nnet.nnet import Nnet
+
+    nnet = Nnet()
+    nnet.read_config(text, "<test>")
+    return nnet
+
+
 def reference_dir() -> Path:
     if not SHARED_REFERENCE.is_dir():
         pytest.skip(f"real-Kaldi reference outputs not found at {SHARED_REFERENCE}")

@@ -28,7 +28,7 @@ from pynnet3.compile.request import ComputationRequest, IoSpecification
 from pynnet3.errors import PynnetError
 from pynnet3.nnet.index import Index
 from pynnet3.nnet.nnet import Nnet, NodeType
-from tests.helpers import SHARED_REFERENCE, reference_dir
+from tests.helpers import SHARED_REFERENCE, nnet_from_config, reference_dir
 
 T = CommandType
 _UNOPTIMIZED_TYPES = {T.ALLOC_MATRIX, T.DEALLOC_MATRIX, T.SET_CONST, T.PROPAGATE, T.BACKPROP,
@@ -285,12 +285,6 @@ def test_recipe_config_compiles(name):
 
 # -- small hand-written networks ----------------------------------------------------------
 
-def _nnet(text: str) -> Nnet:
-    nnet = Nnet()
-    nnet.read_config(text, "<test>")
-    return nnet
-
-
 def _idx(ts, n=0):
     return [Index(n, t, 0) for t in ts]
 
@@ -303,7 +297,7 @@ output-node name=output input=Append(Sum(Scale(-2.0, Offset(input, -1)), alias),
 
 
 def test_scale_and_const_descriptors():
-    nnet = _nnet(_SCALE_CONST)
+    nnet = nnet_from_config(_SCALE_CONST)
     request = ComputationRequest([IoSpecification("input", _idx(range(0, 6)))],
                                  [IoSpecification("output", _idx(range(1, 6)))])
     compiler, comp = compile_and_check(nnet, request)
@@ -336,7 +330,7 @@ output-node name=output input=Sum(Scale(2.0, a2), Offset(a2_alias, 1))
 @pytest.mark.parametrize("num_seq", [1, 3])
 def test_backprop_through_descriptors_dot_product(num_seq):
     """For an affine network f, <g, f(x) - f(0)> == <in_deriv, x> for every g."""
-    nnet = _nnet(_LINEAR)
+    nnet = nnet_from_config(_LINEAR)
     ts_in, ts_out = range(-3, 9), range(0, 5)
     inputs = [IoSpecification("input", [i for n in range(num_seq) for i in _idx(ts_in, n)], True),
               IoSpecification("ivector", [Index(n, 0, 0) for n in range(num_seq)], True)]
@@ -371,7 +365,7 @@ def test_backprop_through_descriptors_dot_product(num_seq):
 def test_multi_segment_computation():
     """Two segments (as for online decoding): each gets its own I/O, separated
     by a marker; the second segment's output equals a one-segment computation's."""
-    nnet = _nnet("""
+    nnet = nnet_from_config("""
 input-node name=input dim=2
 component name=a1 type=AffineComponent input-dim=4 output-dim=3
 component-node name=a1 component=a1 input=Append(Offset(input, -1), input)
@@ -406,7 +400,7 @@ output-node name=output input=a1
 
 
 def test_model_derivative_not_allowed_with_segments():
-    nnet = _nnet(_SCALE_CONST)
+    nnet = nnet_from_config(_SCALE_CONST)
     r = ComputationRequest([IoSpecification("input", _idx(range(0, 3)))],
                            [IoSpecification("output", _idx(range(1, 3)), True)],
                            need_model_derivative=True)
@@ -415,7 +409,7 @@ def test_model_derivative_not_allowed_with_segments():
 
 
 def test_uncomputable_output_is_explained():
-    nnet = _nnet(_SCALE_CONST)
+    nnet = nnet_from_config(_SCALE_CONST)
     request = ComputationRequest([IoSpecification("input", _idx(range(0, 3)))],
                                  [IoSpecification("output", _idx(range(0, 3)))])
     with pytest.raises(PynnetError, match="not computable"):
@@ -423,7 +417,7 @@ def test_uncomputable_output_is_explained():
 
 
 def test_debug_info_optional():
-    nnet = _nnet(_SCALE_CONST)
+    nnet = nnet_from_config(_SCALE_CONST)
     request = ComputationRequest([IoSpecification("input", _idx(range(0, 4)))],
                                  [IoSpecification("output", _idx(range(1, 4)))])
     comp = compile_computation(request, nnet, CompilerOptions(output_debug_info=False))

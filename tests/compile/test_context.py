@@ -12,14 +12,9 @@ from pynnet3.compile.graph.context import compute_simple_nnet_context, is_simple
 from pynnet3.errors import ConfigError, PynnetError
 from pynnet3.nnet.nnet import Nnet
 from tests.helpers_graph import TDNN
+from tests.helpers import nnet_from_config
 
 REF = Path("/work/shared/reference")
-
-
-def _nnet(text: str) -> Nnet:
-    nnet = Nnet()
-    nnet.read_config(text, "<test>")
-    return nnet
 
 
 # A recurrent layer: r depends on its own past through IfDefined(Offset(r, -1)).
@@ -115,11 +110,11 @@ def test_context_of_binary_model():
 
 
 def test_context_of_simple_tdnn():
-    nnet = _nnet(TDNN)
+    nnet = nnet_from_config(TDNN)
     assert is_simple_nnet(nnet)
     assert compute_simple_nnet_context(nnet) == (4, 5)
-    assert compute_simple_nnet_context(_nnet(_RNN)) == (0, 0)
-    not_simple = _nnet(TDNN.replace("name=output", "name=out"))
+    assert compute_simple_nnet_context(nnet_from_config(_RNN)) == (0, 0)
+    not_simple = nnet_from_config(TDNN.replace("name=output", "name=out"))
     assert not is_simple_nnet(not_simple)
     with pytest.raises(PynnetError):
         compute_simple_nnet_context(not_simple)

@@ -15,14 +15,9 @@ from pynnet3.errors import PynnetError
 from pynnet3.nnet.index import Index
 from pynnet3.nnet.nnet import Nnet
 from tests.helpers_graph import TDNN, graph_builder, parse_kaldi_request, tdnnf_config
+from tests.helpers import nnet_from_config
 
 REF = Path("/work/shared/reference")
-
-
-def _nnet(text: str) -> Nnet:
-    nnet = Nnet()
-    nnet.read_config(text, "<test>")
-    return nnet
 
 
 def _frames(t0: int, t1: int, n: int = 0) -> list[Index]:
@@ -79,7 +74,7 @@ def test_request_helpers():
 # -- the builder on feed-forward networks ------------------------------------------------
 
 def test_tdnn_computable_info_and_prune():
-    nnet = _nnet(TDNN)
+    nnet = nnet_from_config(TDNN)
     req = _request({"input": _frames(0, 20)}, {"output": _frames(0, 20)})
     b = ComputationGraphBuilder(nnet)
     b.compute(req, check=True)
@@ -139,7 +134,7 @@ def test_graph_renumber_and_lookup():
 # -- recurrent networks ------------------------------------------------------------------
 
 def test_recurrent_network_terminates_and_is_computable():
-    nnet = _nnet(_RNN)
+    nnet = nnet_from_config(_RNN)
     req = _request({"input": _frames(0, 50)}, {"output": _frames(0, 50)})
     b = ComputationGraphBuilder(nnet)
     b.compute(req, check=True)
@@ -166,7 +161,7 @@ def test_recurrent_network_terminates_and_is_computable():
 def test_recurrent_outputs_missing_input_frames():
     # Missing input at t=10: r(10) is not computable, but the optional
     # recurrence lets t=11 onwards go on without it.
-    nnet = _nnet(_RNN)
+    nnet = nnet_from_config(_RNN)
     frames = [f for f in _frames(0, 20) if f.t != 10]
     req = _request({"input": frames}, {"output": _frames(0, 20)})
     b = ComputationGraphBuilder(nnet)
@@ -184,7 +179,7 @@ component name=r type=RectifiedLinearComponent dim=3
 component-node name=c component=r input=Sum(input, Failover(Offset(c, -1), input))
 output-node name=output input=c
 """
-    nnet = _nnet(text)
+    nnet = nnet_from_config(text)
     c = nnet.get_node_index("c")
     req = _request({"input": _frames(0, 5)}, {"output": _frames(0, 5)})
     b = ComputationGraphBuilder(nnet)
@@ -206,7 +201,7 @@ output-node name=output input=c
 
 
 def test_multi_segment_compute_and_prune():
-    nnet = _nnet(_RNN)
+    nnet = nnet_from_config(_RNN)
     b = ComputationGraphBuilder(nnet)
     b.compute(_request({"input": _frames(0, 10)}, {"output": _frames(0, 10)}))
     b.prune()
@@ -226,7 +221,7 @@ def test_multi_segment_compute_and_prune():
 
 
 def test_wrong_requests():
-    nnet = _nnet(TDNN)
+    nnet = nnet_from_config(TDNN)
     with pytest.raises(PynnetError, match="no output with name"):
         ComputationGraphBuilder(nnet).compute(
             _request({"input": _frames(0, 3)}, {"nope": _frames(0, 3)}))
@@ -245,7 +240,7 @@ def test_wrong_requests():
 # -- speed ----------------------------------------------------------------------------------
 
 def test_tdnnf_sized_graph_builds_fast():
-    nnet = _nnet(tdnnf_config(12))
+    nnet = nnet_from_config(tdnnf_config(12))
     assert nnet.num_nodes() >= 100
     num_frames = 300
     context = 12 + 12 + 1
@@ -272,7 +267,7 @@ def test_check_passes_on_recipe_network():
     if not path.is_file():
         pytest.skip("reference data absent")
     try:
-        nnet = _nnet(path.read_text())
+        nnet = nnet_from_config(path.read_text())
     except Exception as e:  # noqa: BLE001
         if re.search(r"unknown component type", str(e)):
             pytest.skip(f"component support missing: {e}")
@@ -346,7 +341,7 @@ def test_shortcuts_match_plain_algorithm_on_recipes(case):
     if not path.is_file():
         pytest.skip("reference data absent")
     try:
-        nnet = _nnet(path.read_text())
+        nnet = nnet_from_config(path.read_text())
     except PynnetError as e:
         if "unknown component type" in str(e):
             pytest.skip(f"component support missing: {e}")

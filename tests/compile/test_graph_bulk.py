@@ -23,13 +23,7 @@ from pynnet3.nnet.index import Index
 from pynnet3.nnet.nnet import Nnet
 from tests.helpers_graph import (MIXED, TDNN, frames_of, graph_builder, reference_random_cases,
                                  tdnnf_config)
-from tests.helpers import reference_dir
-
-
-def _nnet(text: str) -> Nnet:
-    nnet = Nnet()
-    nnet.read_config(text, "<test>")
-    return nnet
+from tests.helpers import nnet_from_config, reference_dir
 
 
 def _state(nnet: Nnet, request: ComputationRequest, fast: bool):
@@ -71,7 +65,7 @@ def _mixed_request(t0: int, t1: int) -> ComputationRequest:
 
 
 def test_every_descriptor_kind_and_failover_pruning():
-    nnet = _nnet(MIXED)
+    nnet = nnet_from_config(MIXED)
     assert _assert_same(nnet, _mixed_request(-20, 30), "enough input")
     b = ComputationGraphBuilder(nnet)
     b.compute(_mixed_request(-20, 30))
@@ -92,7 +86,7 @@ def test_descriptor_asked_per_cindex():
     class OwnDescriptor(Descriptor):
         pass
 
-    nnet = _nnet(MIXED)
+    nnet = nnet_from_config(MIXED)
     for name in ("a_input", "b_input"):
         node = nnet.nodes[nnet.get_node_index(name)]
         node.descriptor = OwnDescriptor(node.descriptor.parts)
@@ -136,7 +130,7 @@ def test_cindex_index_against_a_dict():
 def test_far_apart_frames():
     """Frames a million apart: the dense cindex table would be huge; the
     sorted one is used, with the same answer."""
-    nnet = _nnet(tdnnf_config(2))
+    nnet = nnet_from_config(tdnnf_config(2))
     frames = frames_of(-20, 30) + [Index(0, t, 0) for t in range(10 ** 6 - 20, 10 ** 6 + 30)]
     request = ComputationRequest(
         inputs=[IoSpecification("input", frames), IoSpecification("ivector", frames_of(0, 1))],
@@ -153,7 +147,7 @@ def test_random_requests_on_small_networks(seed: int):
     import random
 
     rng = random.Random(seed)
-    nets = [_nnet(MIXED), _nnet(tdnnf_config(3)), _nnet(TDNN)]
+    nets = [nnet_from_config(MIXED), nnet_from_config(tdnnf_config(3)), nnet_from_config(TDNN)]
     vectorised = 0
     for case in range(40):
         nnet = rng.choice(nets)
@@ -177,7 +171,7 @@ def test_random_requests_on_small_networks(seed: int):
 
 
 def test_fallbacks_give_the_exact_answer():
-    nnet = _nnet(MIXED)
+    nnet = nnet_from_config(MIXED)
     plan = BulkPlan(nnet)
     assert plan.eligible
     # Listed twice, and an unknown node: the exact algorithm raises.
@@ -190,7 +184,7 @@ def test_fallbacks_give_the_exact_answer():
     req.outputs[0].name = "nope"
     assert build_graph_bulk(plan, nnet, req) is None
     # A recurrent network never takes the vectorised path.
-    rnn = _nnet("""
+    rnn = nnet_from_config("""
 input-node name=input dim=4
 component name=a1 type=AffineComponent input-dim=7 output-dim=3
 component name=t1 type=TanhComponent dim=3
@@ -205,7 +199,7 @@ output-node name=output input=r
 
 
 def test_multi_segment_after_vectorised_first_segment():
-    nnet = _nnet(MIXED)
+    nnet = nnet_from_config(MIXED)
     second = ComputationRequest(
         inputs=[IoSpecification("input", frames_of(30, 40, 2))],
         outputs=[IoSpecification("output", [Index(n, t, 0) for t in range(10, 20)
@@ -226,7 +220,7 @@ def test_multi_segment_after_vectorised_first_segment():
 
 
 def test_graph_arrays_match_the_lists():
-    nnet = _nnet(MIXED)
+    nnet = nnet_from_config(MIXED)
     b = ComputationGraphBuilder(nnet)
     b.compute(_mixed_request(-20, 30))
     b.prune()
@@ -275,7 +269,7 @@ def test_same_graph_on_recipe_networks(name: str):
     if not path.is_file():
         pytest.skip(f"{path} absent")
     try:
-        nnet = _nnet(path.read_text())
+        nnet = nnet_from_config(path.read_text())
     except PynnetError as e:
         if "unknown component type" in str(e):
             pytest.skip(f"component support missing: {e}")
@@ -357,7 +351,7 @@ def _closure_equals_the_numpy_levels(nnet: Nnet, request: ComputationRequest, wh
 
 @pytest.mark.parametrize("t_range,num_seq", [((-10, 30), 1), ((-10, 30), 3), ((-500, 700), 2)])
 def test_compiled_closure_equals_the_numpy_levels(t_range, num_seq):
-    nnet = _nnet(_PROGRAMS)
+    nnet = nnet_from_config(_PROGRAMS)
     request = ComputationRequest(
         inputs=[IoSpecification("input", frames_of(*t_range, num_seq)),
                 IoSpecification("ivector", [Index(n, 0, 0) for n in range(num_seq)])],
@@ -371,13 +365,13 @@ def test_compiled_closure_equals_the_numpy_levels(t_range, num_seq):
 def test_compiled_closure_with_switch_and_failover():
     """Switch(), Failover(), Const() and dim-range nodes: the same tables
     jit_exact reads, so the compiled closure takes them too."""
-    _closure_equals_the_numpy_levels(_nnet(MIXED), _mixed_request(-20, 30), "mixed")
+    _closure_equals_the_numpy_levels(nnet_from_config(MIXED), _mixed_request(-20, 30), "mixed")
 
 
 def test_compiled_closure_declines_a_missing_input_frame():
     """An input frame the request lacks: the closure stops, and the graph is
     the exact algorithm's (some outputs not computable)."""
-    nnet = _nnet(_PROGRAMS)
+    nnet = nnet_from_config(_PROGRAMS)
     request = ComputationRequest(
         inputs=[IoSpecification("input", frames_of(0, 10)),
                 IoSpecification("ivector", [Index(0, 0, 0)])],

@@ -23,13 +23,7 @@ from pynnet3.nnet.index import K_NO_TIME, Index
 from pynnet3.nnet.nnet import Nnet
 from tests.helpers_graph import (MIXED, TDNN, frames_of, graph_builder, reference_random_cases,
                                  tdnnf_config)
-from tests.helpers import reference_dir
-
-
-def _nnet(text: str) -> Nnet:
-    nnet = Nnet()
-    nnet.read_config(text, "<test>")
-    return nnet
+from tests.helpers import nnet_from_config, reference_dir
 
 
 def _results(nnet: Nnet, request: ComputationRequest, fast: bool):
@@ -104,7 +98,7 @@ def _lstm_request(t0: int, t1: int, outs: list[Index]) -> ComputationRequest:
 
 
 def test_recurrent_network_every_case():
-    nnet = _nnet(_LSTM)
+    nnet = nnet_from_config(_LSTM)
     assert make_jit_plan(nnet) is not None
     t_major = [Index(n, t, 0) for t in range(10) for n in range(2)]
     # Enough input; the recurrences stop at the first frame (IfDefined).
@@ -132,7 +126,7 @@ def test_recurrent_network_every_case():
 def test_mixed_descriptors_and_short_input():
     """Switch, Round, Const, Failover, dim-range; vectorised path declines
     when frames are missing, the compiled one takes over."""
-    nnet = _nnet(MIXED)
+    nnet = nnet_from_config(MIXED)
     req = ComputationRequest(
         inputs=[IoSpecification("input", frames_of(-1, 12, 2)),
                 IoSpecification("ivector", [Index(n, 0, 0) for n in range(2)])],
@@ -142,7 +136,7 @@ def test_mixed_descriptors_and_short_input():
 
 
 def test_component_node_given_as_input():
-    nnet = _nnet(_LSTM)
+    nnet = nnet_from_config(_LSTM)
     r = [Index(n, t, 0) for n in range(2) for t in range(0, 6)]
     req = ComputationRequest(
         inputs=[IoSpecification("input", frames_of(0, 12, 2)),
@@ -156,7 +150,7 @@ def test_component_node_given_as_input():
 @pytest.mark.parametrize("seed", range(2))
 def test_random_requests(seed: int):
     rng = random.Random(seed)
-    nets = [_nnet(_LSTM), _nnet(MIXED), _nnet(tdnnf_config(2)), _nnet(TDNN)]
+    nets = [nnet_from_config(_LSTM), nnet_from_config(MIXED), nnet_from_config(tdnnf_config(2)), nnet_from_config(TDNN)]
     compiled = 0
     for case in range(30):
         nnet = rng.choice(nets)
@@ -178,14 +172,14 @@ def test_random_requests(seed: int):
 
 
 def test_fallbacks():
-    nnet = _nnet(_LSTM)
+    nnet = nnet_from_config(_LSTM)
     # An input listed twice: the Python algorithm runs and raises.
     req = _lstm_request(0, 8, [Index(0, 0, 0)])
     req.inputs[0].indexes.append(Index(0, 3, 0))
     with pytest.raises(PynnetError, match="more than once"):
         ComputationGraphBuilder(nnet).compute(req)
     # kNoTime reaching an offset-style component (TDNN): the Python path decides.
-    tdnn = _nnet("""
+    tdnn = nnet_from_config("""
 input-node name=input dim=2
 component name=td type=TdnnComponent input-dim=2 output-dim=2 time-offsets=-1,0,1
 component-node name=td component=td input=input
@@ -205,7 +199,7 @@ output-node name=output input=td
 
 
 def test_multi_segment_after_compiled_first_segment():
-    nnet = _nnet(_LSTM)
+    nnet = nnet_from_config(_LSTM)
     t_major = [Index(n, t, 0) for t in range(10) for n in range(2)]
     second = ComputationRequest(
         inputs=[IoSpecification("input", frames_of(20, 30, 2))],
@@ -241,7 +235,7 @@ def test_recipe_recurrent_networks(name: str):
     path = reference_dir() / "configs" / name / "ref.config"
     if not path.is_file():
         pytest.skip(f"{path} absent")
-    nnet = _nnet(path.read_text())
+    nnet = nnet_from_config(path.read_text())
     # Input that ends early: the last outputs are not computable.
     inputs = [IoSpecification("input", frames_of(-30, 12, 2))]
     if nnet.get_node_index("ivector") != -1:

@@ -26,13 +26,8 @@ from pynnet3.nnet.components.base import Prop
 from pynnet3.nnet.graph import compute_nnet_computation_epochs
 from pynnet3.nnet.index import K_NO_TIME, Index, print_indexes
 from pynnet3.nnet.nnet import Nnet, NodeType
-from tests.helpers import reference_dir
-
-
-def _nnet(text: str) -> Nnet:
-    nnet = Nnet()
-    nnet.read_config(text, "<test>")
-    return nnet
+from tests.helpers import nnet_from_config, reference_dir
+from tests.helpers_graph import TDNN
 
 
 def _frames(t0: int, t1: int, num_seq: int = 1, step: int = 1) -> list[Index]:
@@ -208,16 +203,6 @@ def test_unordered_set_iteration_order_matches_libstdcxx(values, expected):
 
 # -- small networks -------------------------------------------------------------------------
 
-_TDNN = """
-input-node name=input dim=4
-component name=a1 type=AffineComponent input-dim=12 output-dim=5
-component name=r1 type=RectifiedLinearComponent dim=5
-component name=a2 type=AffineComponent input-dim=10 output-dim=3
-component-node name=a1 component=a1 input=Append(Offset(input, -1), input, Offset(input, 2))
-component-node name=r1 component=r1 input=a1
-component-node name=a2 component=a2 input=Append(Offset(r1, -3), Offset(r1, 3))
-output-node name=output input=a2
-"""
 
 _RNN = """
 input-node name=input dim=4
@@ -233,7 +218,7 @@ output-node name=output input=a2
 
 
 def test_feedforward_steps_are_one_per_node_in_kaldi_order():
-    nnet = _nnet(_TDNN)
+    nnet = nnet_from_config(TDNN)
     # Output rows in n-major order: the output step keeps the request's order,
     # the other steps are in Kaldi's Cindex order (t, then x, then n).
     req = _request({"input": _frames(-4, 8, 2)}, {"output": _frames(0, 3, 2)})
@@ -250,7 +235,7 @@ def test_feedforward_steps_are_one_per_node_in_kaldi_order():
 
 
 def test_recurrent_layer_gets_one_step_per_frame():
-    nnet = _nnet(_RNN)
+    nnet = nnet_from_config(_RNN)
     num_frames = 6
     req = _request({"input": _frames(0, num_frames, 2)}, {"output": _frames(0, num_frames, 2)})
     graph, phases, res = _run(nnet, [req])
@@ -281,7 +266,7 @@ def test_reordering_component_pads_with_blank_indexes():
     # the input rows it needs (t = -1, 1, 2, 4, 5, 7) are padded to a regular
     # grid with blank rows where t = 0, 3, 6 would be, and (output stride 3)
     # ordered in blocks of 3 frames per sequence.
-    nnet = _nnet("""
+    nnet = nnet_from_config("""
 input-node name=input dim=4
 component name=tdnn type=TdnnComponent input-dim=4 output-dim=3 time-offsets=-1,1
 component-node name=tdnn component=tdnn input=input
@@ -305,7 +290,7 @@ output-node name=output input=tdnn
 
 
 def test_looped_computation_with_several_segments():
-    nnet = _nnet(_RNN)
+    nnet = nnet_from_config(_RNN)
     requests = [_request({"input": _frames(5 * k, 5 * k + 5, 2)},
                          {"output": _frames(5 * k, 5 * k + 5, 2)}) for k in range(3)]
     graph, phases, res = _run(nnet, requests)
@@ -323,7 +308,7 @@ def test_looped_computation_with_several_segments():
 
 
 def test_errors():
-    nnet = _nnet(_TDNN)
+    nnet = nnet_from_config(TDNN)
     req = _request({"input": _frames(-4, 8)}, {"output": _frames(0, 3)})
     builder = ComputationGraphBuilder(nnet)
     builder.compute(req)
@@ -462,7 +447,7 @@ def _recipe(name: str) -> tuple[Nnet, str, int, int]:
     info = (d / "kaldi-nnet3-info.txt").read_text()
     left = int(re.search(r"left-context: (\d+)", info).group(1))
     right = int(re.search(r"right-context: (\d+)", info).group(1))
-    return _nnet(text), text, left, right
+    return nnet_from_config(text), text, left, right
 
 
 def _recipe_request(nnet: Nnet, text: str, left: int, right: int, num_seq: int,

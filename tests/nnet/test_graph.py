@@ -7,7 +7,8 @@ import pytest
 
 from pynnet3.errors import ConfigError, PynnetError
 from pynnet3.nnet import graph as g
-from pynnet3.nnet.nnet import Nnet
+from tests.helpers import nnet_from_config
+from tests.helpers_graph import TDNN
 
 
 # -- pure graph algorithms ----------------------------------------------------------
@@ -88,22 +89,6 @@ def test_topological_order_and_transpose():
 
 # -- networks -----------------------------------------------------------------------
 
-def _nnet(text: str) -> Nnet:
-    nnet = Nnet()
-    nnet.read_config(text, "<test>")
-    return nnet
-
-
-_TDNN = """
-input-node name=input dim=4
-component name=a1 type=AffineComponent input-dim=12 output-dim=5
-component name=r1 type=RectifiedLinearComponent dim=5
-component name=a2 type=AffineComponent input-dim=10 output-dim=3
-component-node name=a1 component=a1 input=Append(Offset(input, -1), input, Offset(input, 2))
-component-node name=r1 component=r1 input=a1
-component-node name=a2 component=a2 input=Append(Offset(r1, -3), Offset(r1, 3))
-output-node name=output input=a2
-"""
 
 # A recurrent layer: r depends on its own past through IfDefined(Offset(r, -1)).
 _RNN = """
@@ -118,7 +103,7 @@ output-node name=output input=r
 
 
 def test_directed_graph_epochs_and_orphans():
-    nnet = _nnet(_TDNN)
+    nnet = nnet_from_config(TDNN)
     names = nnet.node_names
     assert names == ["input", "a1_input", "a1", "r1_input", "r1", "a2_input", "a2", "output"]
     graph = g.nnet_to_directed_graph(nnet)
@@ -127,7 +112,7 @@ def test_directed_graph_epochs_and_orphans():
     assert g.find_orphan_nodes(nnet) == []
     assert g.find_orphan_components(nnet) == []
 
-    rnn = _nnet(_RNN)
+    rnn = nnet_from_config(_RNN)
     epochs = g.compute_nnet_computation_epochs(rnn)
     # a1_input, a1, r form one SCC and share an epoch; output comes after.
     n = {name: i for i, name in enumerate(rnn.node_names)}
@@ -137,7 +122,7 @@ def test_directed_graph_epochs_and_orphans():
 
 
 def test_orphan_nodes():
-    nnet = _nnet(_TDNN + "component-node name=unused component=r1 input=a1\n")
+    nnet = nnet_from_config(TDNN + "component-node name=unused component=r1 input=a1\n")
     orphans = [nnet.node_names[i] for i in g.find_orphan_nodes(nnet)]
     assert orphans == ["unused_input", "unused"]
 
@@ -153,26 +138,26 @@ component-node name=b component=d input=a
 output-node name=output input=b
 """
     with pytest.raises(ConfigError) as e:
-        _nnet(text)
+        nnet_from_config(text)
     msg = str(e.value)
     assert "cycle" in msg and "(nodes a, b depend" in msg
 
 
 def test_self_loop_is_rejected_and_offsets_are_fine():
     with pytest.raises(ConfigError, match=r"nodes a\b"):
-        _nnet("input-node name=input dim=3\n"
+        nnet_from_config("input-node name=input dim=3\n"
               "component name=c type=RectifiedLinearComponent dim=3\n"
               "component-node name=a component=c input=Sum(input, a)\n"
               "output-node name=output input=a\n")
     # Same loop through a time offset: a legal recurrence.
-    _nnet("input-node name=input dim=3\n"
+    nnet_from_config("input-node name=input dim=3\n"
           "component name=c type=RectifiedLinearComponent dim=3\n"
           "component-node name=a component=c input=Sum(input, IfDefined(Offset(a, -1)))\n"
           "output-node name=output input=a\n")
-    _nnet(_RNN)
+    nnet_from_config(_RNN)
     # A cycle through a dim-range node with no offset.
     with pytest.raises(ConfigError, match="cycle"):
-        _nnet("input-node name=input dim=3\n"
+        nnet_from_config("input-node name=input dim=3\n"
               "component name=c type=RectifiedLinearComponent dim=6\n"
               "component-node name=a component=c input=Append(input, d)\n"
               "dim-range-node name=d input-node=a dim-offset=0 dim=3\n"
@@ -182,7 +167,7 @@ def test_self_loop_is_rejected_and_offsets_are_fine():
 def test_cycle_through_switch_phase_is_found():
     # At even t, a reads input; at odd t, it reads b at the same t, and b reads a.
     with pytest.raises(ConfigError, match="nodes a, b"):
-        _nnet("input-node name=input dim=3\n"
+        nnet_from_config("input-node name=input dim=3\n"
               "component name=c type=RectifiedLinearComponent dim=3\n"
               "component-node name=a component=c input=Switch(input, b)\n"
               "component-node name=b component=c input=a\n"
@@ -192,7 +177,7 @@ def test_cycle_through_switch_phase_is_found():
 def test_constant_component_self_reference_is_not_a_cycle():
     # Kaldi's test networks write `component-node name=c0 component=c0 input=c0`
     # for a ConstantComponent, whose output needs no input at all.
-    nnet = _nnet("input-node name=input dim=3\n"
+    nnet = nnet_from_config("input-node name=input dim=3\n"
                  "component name=c0 type=ConstantComponent output-dim=3\n"
                  "component name=r type=RectifiedLinearComponent dim=3\n"
                  "component-node name=c0 component=c0 input=c0\n"
