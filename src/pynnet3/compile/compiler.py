@@ -40,7 +40,7 @@ from .computation import (Command, CommandType, MatrixDebugInfo, NnetComputation
                           PrecomputedIndexesInfo, StrideType)
 from .graph.builder import ComputationGraphBuilder
 from .graph.computation_graph import ComputationGraph
-from .n_stride import CindexList, IndexList
+from ..nnet.index_lists import CindexList, IndexList
 from .request import ComputationRequest
 from .steps import compute_computation_phase_arrays, compute_computation_steps_full
 

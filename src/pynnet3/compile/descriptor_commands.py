@@ -24,7 +24,7 @@ from ..nnet import descriptor as d
 from ..nnet.index import K_NO_TIME, Index
 from .computation import Command, CommandType, NnetComputation
 from .graph.computation_graph import CindexSet, ComputationGraph
-from .n_stride import IndexList
+from ..nnet.index_lists import IndexList
 from .split_locations import (PairLists, as_split, convert_to_indexes, ensure_contiguous_property,
                               has_contiguous_property, split_locations, split_locations_backward,
                               split_locations_backward_small, split_locations_small, use_lists)

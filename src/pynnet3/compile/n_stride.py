@@ -26,7 +26,7 @@ from .. import fast_paths
 from ..nnet.index import Index
 # The array-backed lists live beside the Index type (components use them
 # too); they are re-exported here, where the expander introduced them.
-from ..nnet.index_lists import CindexList, IndexList  # noqa: F401
+from ..nnet.index_lists import CindexList, IndexList
 
 _TUPLE_NEW = tuple.__new__
 _FIRST = operator.itemgetter(0)

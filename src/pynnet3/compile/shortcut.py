@@ -27,8 +27,9 @@ from ..nnet.index import Index
 from ..nnet.index_lists import gc_paused
 from .computation import (Command, CommandType, MatrixDebugInfo, MatrixInfo, NnetComputation,
                           PrecomputedIndexesInfo, SubMatrixInfo)
-from .n_stride import (CINDEX_N_COL, INDEX_N_COL, CindexList, IndexList, cindex_array,
-                       convert_num_n_values, expand_rows_by_n, find_n_stride, index_array)
+from ..nnet.index_lists import CindexList, IndexList
+from .n_stride import (CINDEX_N_COL, INDEX_N_COL, cindex_array, convert_num_n_values,
+                       expand_rows_by_n, find_n_stride, index_array)
 from .request import ComputationRequest, IoSpecification
 
 __all__ = ["request_is_decomposable", "expand_computation", "compile_via_shortcut",

@@ -42,12 +42,11 @@ from ..errors import PynnetError
 from ..nnet.components.base import Prop
 from ..nnet.graph import compute_nnet_computation_epochs
 from ..nnet.index import K_NO_TIME, Index, index_columns
-from ..nnet.index_lists import gc_paused
+from ..nnet.index_lists import IndexList, gc_paused
 from ..nnet.nnet import NodeType
 from ..nnet.properties_cache import component_properties
 from .graph.computation_graph import ComputationGraph, GraphArrays
 from .graph.programs import uses_default_hooks
-from .n_stride import IndexList
 from .request import ComputationRequest
 from .steps_table import CindexKeys
 from .steps_jit import NO_START, STUCK, phases_for_epoch_jit

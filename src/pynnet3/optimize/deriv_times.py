@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..compile.computation import Command, CommandType, NnetComputation, SubMatrixInfo
-from ..compile.n_stride import CindexList, cindex_array
+from ..compile.n_stride import cindex_array
+from ..nnet.index_lists import CindexList
 from ..errors import PynnetError
 from ..nnet.components.base import Prop
 from .analysis import Analyzer

@@ -19,9 +19,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..compile.computation import CommandType, NnetComputation
-from ..compile.n_stride import CindexList, cindex_array
+from ..compile.n_stride import cindex_array
 from ..errors import PynnetError
 from ..nnet.index import K_NO_TIME
+from ..nnet.index_lists import CindexList
 from .arrays import ComputationArrays, rows_with_type, type_mask
 from .renumber import renumber_arrays
 

@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from ..compile.computation import Command, CommandType, MatrixDebugInfo, NnetComputation, StrideType
-from ..compile.n_stride import CindexList, cindex_array
+from ..compile.n_stride import cindex_array
+from ..nnet.index_lists import CindexList
 from ..errors import PynnetError
 from ..nnet.components.base import Prop
 from ..nnet.properties_cache import nnet_component_properties
