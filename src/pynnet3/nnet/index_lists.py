@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gc
 import itertools
-from contextlib import contextmanager
 from typing import Any, Callable, Iterator, NamedTuple, Sequence, overload
 
 import numpy as np
@@ -22,21 +21,27 @@ __all__ = ["IndexList", "CindexList", "NTiling", "ListTable", "slotted_maker", "
 _TUPLE_NEW = tuple.__new__
 
 
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector while a block makes many small
-    objects (Index tuples, lists) that form no reference cycles.
+class gc_paused:
+    """``with gc_paused(): ...`` pauses Python's cyclic garbage collector while
+    a block makes many small objects (Index tuples, lists, commands) that form
+    no reference cycles.
 
     Otherwise the collector's repeated full passes walk every live object
     again and again (a large graph holds millions of tuples); nothing is
-    lost by collecting later.
+    lost by collecting later.  A plain class rather than a generator-based
+    context manager, whose exit allocates (and so would run the young-object
+    pass that re-enabling makes due inside the block's exit instead of at the
+    caller's next allocation).
     """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
+
+    __slots__ = ("_was_enabled",)
+
+    def __enter__(self) -> None:
+        self._was_enabled = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._was_enabled:
             gc.enable()
 
 
