@@ -14,11 +14,24 @@ CompileLooped on top of it.
 """
 from __future__ import annotations
 
-from .options import OptimizeOptions
-from .pipeline import (PASSES, OptimizationPass, OptimizationPassError, PassHook,
-                       checking_hook, copy_computation, enabled_passes,
-                       max_output_time_in_request, optimize)
+from typing import Any
 
-__all__ = ["OptimizeOptions", "optimize", "max_output_time_in_request", "OptimizationPass",
-           "PASSES", "enabled_passes", "copy_computation", "checking_hook",
-           "OptimizationPassError", "PassHook"]
+from .options import OptimizeOptions
+
+# The pipeline (and through it every pass and the Numba analysis loops) is
+# imported on first use: a binary whose computations all come from the disk
+# cache needs only the options, and importing the optimizer costs about a
+# tenth of a second of its start-up.
+_PIPELINE_NAMES = ("PASSES", "OptimizationPass", "OptimizationPassError", "PassHook",
+                   "checking_hook", "copy_computation", "enabled_passes",
+                   "max_output_time_in_request", "optimize")
+
+__all__ = ["OptimizeOptions", *_PIPELINE_NAMES]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _PIPELINE_NAMES:
+        from . import pipeline
+
+        return getattr(pipeline, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
