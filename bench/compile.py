@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from pynnet3 import __version__  # noqa: E402
-from pynnet3.cache import CachingCompiler, CachingCompilerOptions, optimizer_available  # noqa: E402
+from pynnet3.cache import CachingCompiler, CachingCompilerOptions  # noqa: E402
 from pynnet3.compile.request import ComputationRequest  # noqa: E402
 from pynnet3.compile.request_io import build_request  # noqa: E402
 from pynnet3.compile.graph.context import compute_simple_nnet_context
@@ -236,10 +236,7 @@ def main() -> int:
         return random_bench(args.runs, args.only)
 
     anchors = load_kaldi_anchors()
-    optimized = optimizer_available()
-    state = ("present (times include it)" if optimized else
-             "ABSENT: pynnet3 times are compile + check only, Kaldi's include optimization")
-    print(f"# pynnet3 {__version__} compile benchmark; optimizer {state}")
+    print(f"# pynnet3 {__version__} compile benchmark; times include the optimizer")
     print("# Kaldi: reference/compile/compile_anchor_vosk.tsv (CachingOptimizingCompiler, fresh "
           "per run, same machine kind); ratio = pynnet3 / Kaldi")
     header = (f"{'model':28s} {'request':24s} {'shortcut':8s} {'pynnet3_ms':>11s} "

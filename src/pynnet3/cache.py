@@ -67,6 +67,7 @@ from .compile.computation_io import FORMAT_VERSION, computation_to_bytes, load_c
 from .compile.request import ComputationRequest
 from .errors import FormatError, PynnetError
 from .nnet.index_lists import gc_paused
+from .optimize.options import OptimizeOptions
 from .nnet.properties_cache import component_properties_cached
 
 if TYPE_CHECKING:
@@ -119,37 +120,19 @@ def default_cache_dir() -> Path:
 # The optimizer hook
 
 
-def _optimizer_module() -> Any:
-    try:
-        from . import optimize as module
-    except ImportError:
-        return None
-    return module
-
-
-def optimizer_available() -> bool:
-    """True once ``pynnet3.optimize`` provides ``optimize(options, nnet, request, computation)``."""
-    module = _optimizer_module()
-    return module is not None and callable(getattr(module, "optimize", None))
-
-
-def default_optimize_options() -> Any:
-    """``pynnet3.optimize.OptimizeOptions()`` once it exists, else None."""
-    module = _optimizer_module()
-    cls = getattr(module, "OptimizeOptions", None) if module is not None else None
-    return cls() if cls is not None else None
+def default_optimize_options() -> OptimizeOptions:
+    """Kaldi's default NnetOptimizeOptions."""
+    return OptimizeOptions()
 
 
 def optimize(options: Any, nnet: "Nnet", request: ComputationRequest,
              computation: NnetComputation) -> NnetComputation:
-    """Kaldi's Optimize(): ``pynnet3.optimize.optimize(options, nnet, request,
-    computation)``, or the identity where that does not exist (a partial
-    checkout, or while the optimizer is being written)."""
-    module = _optimizer_module()
-    impl = getattr(module, "optimize", None) if module is not None else None
-    if not callable(impl):
-        return computation
-    ans = impl(options, nnet, request, computation)
+    """Kaldi's Optimize() on a freshly compiled computation.  The optimizer
+    is imported here, on first use: a process whose computations all come
+    from the disk cache never loads it (nor the Numba loops it brings)."""
+    from . import optimize as optimizer
+
+    ans = optimizer.optimize(options, nnet, request, computation)
     return computation if ans is None else ans  # an in-place pass may return None
 
 
@@ -435,7 +418,6 @@ class CachingCompiler:
             "output-debug-info": self.options.output_debug_info,
             "custom-compiler": None if compile_fn is None else (
                 getattr(compile_fn, "__qualname__", None) or type(compile_fn).__qualname__),
-            "optimizer": optimizer_available(),
             "optimize-options": _options_description(self.optimize_options),
         }
         h = hashlib.sha256(_KEY_VERSION)
@@ -538,11 +520,10 @@ class CachingCompiler:
         if log.verbose_level() >= 4:
             log.log("Computation request is " + request.print())
         self._check(computation, check_rewrite=True)
-        if optimizer_available():
-            start = time.perf_counter()
-            computation = optimize(self.optimize_options, self.nnet, request, computation)
-            self.seconds["optimize"] += time.perf_counter() - start
-            self._check(computation, check_rewrite=False)
+        start = time.perf_counter()
+        computation = optimize(self.optimize_options, self.nnet, request, computation)
+        self.seconds["optimize"] += time.perf_counter() - start
+        self._check(computation, check_rewrite=False)
         return computation
 
     def _check(self, computation: NnetComputation, check_rewrite: bool) -> None:

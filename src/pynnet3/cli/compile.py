@@ -67,7 +67,7 @@ def command(num_sequences: int, frames_per_chunk: int, extra_left_context: int,
     if len(args) == 2 and args[1].strip() == "-" and print_computation:
         raise click.UsageError("--print and <computation-out> '-' would both write to stdout")
     from .. import log
-    from ..cache import CachingCompiler, default_optimize_options, optimizer_available
+    from ..cache import CachingCompiler, default_optimize_options
     from ..compile.computation_io import computation_to_bytes
     from ..compile.request_io import build_request, read_request_file
     from ..io.kaldi_io import write_wxfilename
@@ -83,15 +83,13 @@ def command(num_sequences: int, frames_per_chunk: int, extra_left_context: int,
             frame_subsampling_factor, need_model_derivative, need_input_derivative, names,
             None if ivector else False, store_component_stats)
     optimize_options = default_optimize_options()
-    if not optimize and optimize_options is not None and hasattr(optimize_options, "optimize"):
+    if not optimize:
         import dataclasses
 
         optimize_options = dataclasses.replace(optimize_options, optimize=False)
     compiler_config = compiler_options_from(kw)
     compiler = CachingCompiler(nnet, compiler_config, optimize_options,
                                cache_dir=cache_dir or None, use_disk=use_disk_cache)
-    if not optimizer_available():
-        log.warn("pynnet3.optimize provides no optimize(): the computation is not optimized")
     computation = compiler.compile(request)
     if optimize:
         before = unoptimized_figures(nnet, request, compiler_config.use_shortcut)
