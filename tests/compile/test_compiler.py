@@ -435,3 +435,45 @@ def test_consolidate_io_operations():
     comp = NnetComputation(commands=[x, p, a, m, p, x, a])
     consolidate_io_operations(comp)
     assert comp.commands == [a, x, p, m, a, x, p]
+
+
+# -- the definitions alone give what the accelerations give ---------------------------------
+
+_RECURRENT = """
+input-node name=input dim=4
+component name=a1 type=AffineComponent input-dim=7 output-dim=3
+component name=t1 type=TanhComponent dim=3
+component name=out type=AffineComponent input-dim=3 output-dim=2
+component-node name=a1 component=a1 input=Append(input, IfDefined(Offset(t1, -1)))
+component-node name=t1 component=t1 input=a1
+component-node name=out component=out input=t1
+output-node name=output input=out
+"""
+
+
+@pytest.mark.parametrize("config", ["tdnn", "recurrent"])
+@pytest.mark.parametrize("num_sequences,deriv", [(1, False), (3, True)])
+def test_reference_fast_paths_compile_the_same(config, num_sequences, deriv):
+    """With every acceleration off (``fast_paths.REFERENCE``: Kaldi's graph
+    builder, row-by-row input locations, context by graph building, plain
+    analysis loops) the compiled and optimized computation is the one the
+    fast paths give, command for command."""
+    import dataclasses
+
+    from pynnet3.cache import CachingCompiler, CachingCompilerOptions
+    from pynnet3.compile.request_io import build_request
+    from tests.helpers_graph import TDNN
+
+    nnet = nnet_from_config(TDNN if config == "tdnn" else _RECURRENT)
+
+    def printed() -> str:
+        request = build_request(nnet, num_sequences, 7, extra_left_context=2,
+                                need_model_derivative=deriv)
+        compiler = CachingCompiler(nnet, CachingCompilerOptions(), use_disk=False)
+        return compiler.compile(request).print(nnet.component_names, nnet.node_names)
+
+    fast = printed()
+    with fast_paths.override(**dataclasses.asdict(fast_paths.REFERENCE)):
+        assert fast_paths.current() == fast_paths.REFERENCE
+        reference = printed()
+    assert reference == fast
