@@ -229,7 +229,9 @@ def run(command: click.Command, prog: str, argv: Sequence[str] | None = None) ->
     sys.stderr.write(" ".join([prog] + [shlex.quote(a) for a in argv]) + "\n")
     try:
         args = normalize_argv(argv, command)
-        command.main(args, prog_name=prog, standalone_mode=False)
+        # With standalone_mode=False click returns (not raises) the status of
+        # an Exit(n) raised inside the command: that status is the binary's.
+        status = command.main(args, prog_name=prog, standalone_mode=False)
     except click.exceptions.Exit as e:
         return int(e.exit_code or 0)
     except click.exceptions.Abort:
@@ -257,7 +259,7 @@ def run(command: click.Command, prog: str, argv: Sequence[str] | None = None) ->
         log.error(f"internal error ({type(e).__name__}: {e}); this is a bug in pynnet3, "
                   "please report it (rerun with --verbose=1 for a traceback)")
         return 2
-    return 0
+    return status if isinstance(status, int) else 0
 
 
 def common_options(f: Callable) -> Callable:
