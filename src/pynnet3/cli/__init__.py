@@ -22,4 +22,5 @@ BINARIES = {
     "nnet3-average": "pynnet3.cli.average:main",
     "nnet3-show-progress": "pynnet3.cli.show_progress:main",
     "nnet3-compute-request": "pynnet3.cli.compute_request:main",
+    "nnet3-subset-egs": "pynnet3.cli.subset_egs:main",
 }

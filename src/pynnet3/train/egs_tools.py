@@ -513,6 +513,43 @@ def shuffle_egs(egs_rspecifier: str, egs_wspecifier: str, srand: int = 0,
 
 
 # ---------------------------------------------------------------------------
+# nnet3-subset-egs
+
+
+def subset_egs(egs_rspecifier: str, egs_wspecifier: str, n: int = 1000, srand: int = 0,
+               randomize_order: bool = True) -> int:
+    """nnet3-subset-egs: a random subset of ``n`` egs, in Kaldi's exact order.
+
+    Kaldi keeps the first ``n`` egs, then replaces a random one of them
+    (``RandInt(0, n-1)``) with the i-th eg with probability ``n / i``
+    (``WithProb``, float arithmetic); both draw from glibc ``rand()``, which
+    this binary never seeds (``--srand`` only seeds the ``std::mt19937`` of
+    the final ``std::shuffle``).  At most ``n`` egs are held in memory.
+    Returns the exit status (1 when the input was empty).
+    """
+    if n < 0:
+        raise ConfigError(f"--n must be >= 0, got {n}")
+    rand = GlibcRand(1)
+    egs: list[tuple[str, NnetExample]] = []
+    num_read = 0
+    with SequentialTableReader(egs_rspecifier, EXAMPLE_HOLDER) as reader:
+        for key, eg in reader:
+            num_read += 1
+            if num_read <= n:
+                egs.append((key, eg))
+            elif rand.with_prob(float(F32(n) / F32(num_read))):
+                egs[rand.rand_int(0, n - 1)] = (key, eg)
+    if randomize_order:
+        std_shuffle(egs, MT19937(srand))
+    with TableWriter(egs_wspecifier, EXAMPLE_HOLDER) as writer:
+        for key, eg in egs:
+            writer.write(key, eg)
+    log.log(f"Selected a subset of {len(egs)} out of {num_read} neural-network training "
+            "examples ")
+    return 0 if num_read else 1
+
+
+# ---------------------------------------------------------------------------
 # nnet3-merge-egs
 
 
@@ -530,4 +567,4 @@ def merge_egs(egs_rspecifier: str, egs_wspecifier: str, config: ExampleMergingCo
 
 __all__ = ["GetEgsOptions", "process_utterance", "get_egs", "chunk_starts_from_keys", "CopyEgsOptions", "copy_egs",
            "ExampleSelector", "filter_example", "shift_example_times", "shuffle_egs",
-           "merge_egs", "get_count"]
+           "merge_egs", "get_count", "subset_egs"]
