@@ -23,4 +23,5 @@ BINARIES = {
     "nnet3-show-progress": "pynnet3.cli.show_progress:main",
     "nnet3-compute-request": "pynnet3.cli.compute_request:main",
     "nnet3-subset-egs": "pynnet3.cli.subset_egs:main",
+    "nnet3-get-egs-simple": "pynnet3.cli.get_egs_simple:main",
 }

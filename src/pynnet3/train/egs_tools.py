@@ -15,7 +15,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from .. import log
-from ..errors import ConfigError, FormatError
+from ..errors import ConfigError, FormatError, UsageError
 from ..io.kaldi_io import KaldiReader, KaldiWriter
 from .egs import EXAMPLE_HOLDER, NnetExample, NnetIo
 from .egs_merge import ExampleMerger, ExampleMergingConfig
@@ -25,7 +25,7 @@ from ..io.general_matrix import (GeneralMatrix, extract_row_range_with_padding,
 from .kaldi_random import GlibcRand, MT19937, std_shuffle
 from ..io.posterior import POSTERIOR_HOLDER, Posterior
 from ..io.table import (GENERAL_MATRIX_HOLDER, MATRIX_HOLDER, RandomAccessTableReader,
-                        SequentialTableReader, TableWriter)
+                        SequentialTableReader, TableWriter, classify_rspecifier, is_token)
 
 F32 = np.float32
 
@@ -550,6 +550,64 @@ def subset_egs(egs_rspecifier: str, egs_wspecifier: str, n: int = 1000, srand: i
 
 
 # ---------------------------------------------------------------------------
+# nnet3-get-egs-simple
+
+
+def split_arg_on_equals(arg: str) -> tuple[str, str]:
+    """A ``name=rspecifier`` argument of nnet3-get-egs-simple, split on the first '='."""
+    name, eq, rspecifier = arg.partition("=")
+    if not eq:
+        raise ConfigError(f"Bad command line argument (expecting '='): {arg}")
+    if not is_token(name):
+        raise ConfigError(f"Bad command line argument (expecting a valid name before '='): "
+                          f"{arg}")
+    try:
+        classify_rspecifier(rspecifier)
+    except UsageError:
+        raise ConfigError(f"Bad command line argument (expecting an rspecifier after '='): "
+                          f"{arg}") from None
+    return name, rspecifier
+
+
+def get_egs_simple(named_rspecifiers: Sequence[str], egs_wspecifier: str) -> int:
+    """nnet3-get-egs-simple: one eg per key of the first ``name=rspecifier``.
+
+    Each named matrix (full, compressed or sparse, kept as read) becomes an
+    NnetIo of that name with indexes (0, t, 0), t = 0, 1, ...; the first
+    archive is read in order, the others by key.  Returns the exit status
+    (1 when no eg was written).
+    """
+    if not named_rspecifiers:
+        raise ConfigError("nnet3-get-egs-simple needs at least one name=rspecifier")
+    pairs = [split_arg_on_equals(arg) for arg in named_rspecifiers]
+    first_name, first_rspecifier = pairs[0]
+    num_done = num_err = 0
+    with TableWriter(egs_wspecifier, EXAMPLE_HOLDER) as writer, \
+            SequentialTableReader(first_rspecifier, GENERAL_MATRIX_HOLDER) as first_reader:
+        others = [(name, RandomAccessTableReader(rspec, GENERAL_MATRIX_HOLDER))
+                  for name, rspec in pairs[1:]]
+        try:
+            for key, feats in first_reader:
+                eg = NnetExample([NnetIo.from_matrix(first_name, 0, feats)])
+                for name, reader in others:
+                    if not reader.has_key(key):
+                        log.warn(f"Could not find input for key {key} for io-name={name}")
+                        break
+                    eg.io.append(NnetIo.from_matrix(name, 0, reader.value(key)))
+                else:
+                    writer.write(key, eg)
+                    num_done += 1
+                    continue
+                num_err += 1
+        finally:
+            for _, reader in others:
+                reader.close()
+    if num_err > 0:
+        log.warn(f"{num_err} utterances had errors and could not be processed.")
+    return 0 if num_done > 0 else 1
+
+
+# ---------------------------------------------------------------------------
 # nnet3-merge-egs
 
 
@@ -567,4 +625,5 @@ def merge_egs(egs_rspecifier: str, egs_wspecifier: str, config: ExampleMergingCo
 
 __all__ = ["GetEgsOptions", "process_utterance", "get_egs", "chunk_starts_from_keys", "CopyEgsOptions", "copy_egs",
            "ExampleSelector", "filter_example", "shift_example_times", "shuffle_egs",
-           "merge_egs", "get_count", "subset_egs"]
+           "merge_egs", "get_count", "subset_egs",
+           "get_egs_simple", "split_arg_on_equals"]
