@@ -24,4 +24,5 @@ BINARIES = {
     "nnet3-compute-request": "pynnet3.cli.compute_request:main",
     "nnet3-subset-egs": "pynnet3.cli.subset_egs:main",
     "nnet3-get-egs-simple": "pynnet3.cli.get_egs_simple:main",
+    "nnet3-compute-from-egs": "pynnet3.cli.compute_from_egs:main",
 }
