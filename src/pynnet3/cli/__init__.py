@@ -25,4 +25,6 @@ BINARIES = {
     "nnet3-subset-egs": "pynnet3.cli.subset_egs:main",
     "nnet3-get-egs-simple": "pynnet3.cli.get_egs_simple:main",
     "nnet3-compute-from-egs": "pynnet3.cli.compute_from_egs:main",
+    "matrix-sum-rows": "pynnet3.cli.matrix_sum_rows:main",
+    "vector-sum": "pynnet3.cli.vector_sum:main",
 }
