@@ -54,6 +54,8 @@ def _objf_change(nnet1: "Nnet", nnet2: "Nnet", examples: Sequence["NnetExample"]
         diff = (diff + F32(1.0 / num_segments) * new - F32(1.0 / num_segments) * old).astype(F32)
         log.vlog(1, f"By segment {s}, objf change is "
                     + print_vector_per_updatable_component(nnet1, diff))
+        # Kaldi's segment-local NnetComputeProb logs its compiler's timing as it is destroyed.
+        log.log(prob.compiler.timing_summary())
     return diff
 
 
