@@ -1,7 +1,6 @@
 """nnet3-compute-from-egs: the network's output for each eg (e.g. posteriors for priors)."""
 from __future__ import annotations
 
-from typing import Any
 
 import click
 
