@@ -20,6 +20,7 @@ BINARIES = {
     "nnet3-train": "pynnet3.cli.train:main",
     "nnet3-compute-prob": "pynnet3.cli.compute_prob:main",
     "nnet3-average": "pynnet3.cli.average:main",
+    "nnet3-combine": "pynnet3.cli.combine:main",
     "nnet3-show-progress": "pynnet3.cli.show_progress:main",
     "nnet3-compute-request": "pynnet3.cli.compute_request:main",
     "nnet3-subset-egs": "pynnet3.cli.subset_egs:main",

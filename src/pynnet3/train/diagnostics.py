@@ -79,10 +79,14 @@ class NnetComputeProb:
     With ``store_component_stats`` (and no ``compute_deriv``), the network
     itself receives the statistics (Kaldi's constructor taking ``Nnet*``);
     pass ``stats_nnet=nnet`` for that.
+
+    ``compiler``: a CachingCompiler made for a network of the same structure
+    (and the same options), to reuse its computations; by default a new one.
     """
 
     def __init__(self, config: NnetComputeProbOptions, nnet: "Nnet",
-                 stats_nnet: "Nnet | None" = None, backend: Any = "reference") -> None:
+                 stats_nnet: "Nnet | None" = None, backend: Any = "reference",
+                 compiler: CachingCompiler | None = None) -> None:
         self.config = config
         self.nnet = nnet
         self.backend = backend
@@ -100,10 +104,12 @@ class NnetComputeProb:
         elif config.store_component_stats:
             raise PynnetError("If you set store_component_stats == true and compute_deriv == "
                               "false, pass stats_nnet=nnet.")
-        optimize_config = (config.optimize_config if config.optimize_config is not None
-                           else default_optimize_options())
-        self.compiler = CachingCompiler(nnet, config.compiler_config, optimize_config,
-                                        use_disk=False)
+        if compiler is None:
+            optimize_config = (config.optimize_config if config.optimize_config is not None
+                               else default_optimize_options())
+            compiler = CachingCompiler(nnet, config.compiler_config, optimize_config,
+                                       use_disk=False)
+        self.compiler = compiler
         self.num_minibatches_processed = 0
         self.objf_info: dict[str, SimpleObjectiveInfo] = {}
         self.accuracy_info: dict[str, PerDimObjectiveInfo] = {}

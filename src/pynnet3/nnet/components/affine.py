@@ -22,7 +22,7 @@ from ..config_line import ConfigLine
 from .base import (Component, Prop, UpdatableComponent, fmt_g, print_parameter_stats, randn,
                    register, reshape_rows)
 from .natural_gradient import OnlineNaturalGradient, precondition_in_out
-from .numeric import scale_arrays
+from .numeric import add_scaled_f32, scale_arrays
 
 
 def verbose_level() -> int:
@@ -108,14 +108,10 @@ def read_end_of_common(r: KaldiReader, comp: UpdatableComponent) -> None:
 
 
 def _add_arrays(alpha: float, pairs: list[tuple[np.ndarray, np.ndarray]]) -> None:
-    a = np.float32(alpha)
+    """Kaldi's AddMat / AddVec (BLAS saxpy, fused multiply-adds), so that
+    e.g. nnet3-combine's running averages (alpha 1/n) are Kaldi's to the bit."""
     for dst, src in pairs:
-        if dst.shape != src.shape:
-            raise ValueError(f"Add: shape mismatch {dst.shape} vs {src.shape}")
-        if a == 1.0:
-            dst += src          # the usual case (no max-change): no temporary
-        else:
-            dst += a * src
+        add_scaled_f32(alpha, src, dst)
 
 
 def check_rows(in_value: np.ndarray, out_value: np.ndarray) -> None:

@@ -106,7 +106,7 @@ class ConstantComponent(UpdatableComponent):
     def add(self, alpha: float, other: Component) -> None:
         if self.is_updatable_:
             assert isinstance(other, ConstantComponent)
-            self.output = (self.output + F32(alpha) * other.output).astype(F32)
+            self.output = axpy_f32(alpha, other.output, self.output)
 
     def perturb_params(self, stddev: float) -> None:
         self.output = (self.output + F32(stddev) * randn(self.output_dim())).astype(F32)

@@ -25,7 +25,7 @@ from .convolution_model import (ConvolutionComputation, ConvolutionModel,
                                 compile_reordered_convolution_computation, convolve_backward_data,
                                 convolve_backward_params, convolve_forward)
 from .natural_gradient import OnlineNaturalGradient, cached_preconditioner
-from .numeric import scale_arrays
+from .numeric import add_scaled_f32, scale_arrays
 
 
 def _split_ints(cfl: ConfigLine, comp: Component, text: str, sep: str, what: str) -> list[int]:
@@ -271,8 +271,8 @@ class TimeHeightConvolutionComponent(UpdatableComponent):
 
     def add(self, alpha: float, other: Component) -> None:
         assert isinstance(other, TimeHeightConvolutionComponent)
-        self.linear_params += np.float32(alpha) * other.linear_params
-        self.bias_params += np.float32(alpha) * other.bias_params
+        add_scaled_f32(alpha, other.linear_params, self.linear_params)
+        add_scaled_f32(alpha, other.bias_params, self.bias_params)
 
     def dot_product(self, other: "TimeHeightConvolutionComponent") -> float:
         return float(np.vdot(self.linear_params.astype(np.float64), other.linear_params)
@@ -527,8 +527,8 @@ class ConvolutionComponent(UpdatableComponent):
 
     def add(self, alpha: float, other: Component) -> None:
         assert isinstance(other, ConvolutionComponent)
-        self.filter_params += np.float32(alpha) * other.filter_params
-        self.bias_params += np.float32(alpha) * other.bias_params
+        add_scaled_f32(alpha, other.filter_params, self.filter_params)
+        add_scaled_f32(alpha, other.bias_params, self.bias_params)
 
     def dot_product(self, other: "ConvolutionComponent") -> float:
         return float(np.vdot(self.filter_params.astype(np.float64), other.filter_params)

@@ -28,6 +28,19 @@ def axpy_f32(alpha: float, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return (a * x.astype(F64) + y.astype(F64)).astype(F32)
 
 
+def add_scaled_f32(alpha: float, x: np.ndarray, y: np.ndarray) -> None:
+    """Kaldi's AddMat / AddVec of float32 parameters, ``y += alpha * x`` in
+    place, as BLAS saxpy does it: fused multiply-add (:func:`axpy_f32`), a
+    plain sum for alpha 1, nothing for alpha 0 (saxpy returns early)."""
+    if y.shape != x.shape:
+        raise ValueError(f"Add: shape mismatch {y.shape} vs {x.shape}")
+    a = F32(alpha)
+    if a == 1.0:
+        y += x              # the usual case (no max-change): no temporary
+    elif a != 0.0:
+        y[...] = axpy_f32(a, x, y)
+
+
 def seq_sum_f32(x: np.ndarray, axis: int) -> np.ndarray:
     """Sum along ``axis`` accumulating left to right in float32 (a C loop
     ``Real sum = 0; sum += ...``), unlike NumPy's pairwise summation."""

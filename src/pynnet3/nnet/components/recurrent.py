@@ -22,7 +22,7 @@ from ..config_line import ConfigLine
 from .base import (Component, Prop, UpdatableComponent, fmt_bool, fmt_g, print_parameter_stats,
                    randn, register, rng, summarize_vector)
 from .natural_gradient import OnlineNaturalGradient, cached_preconditioner, precondition_in_out
-from .numeric import F32, F64
+from .numeric import F32, F64, add_scaled_f32
 
 
 def kaldi_sigmoid(a: np.ndarray) -> np.ndarray:
@@ -215,7 +215,7 @@ class LstmNonlinearityComponent(UpdatableComponent):
 
     def add(self, alpha: float, other: Component) -> None:
         assert isinstance(other, LstmNonlinearityComponent)
-        self.params += np.float32(alpha) * other.params
+        add_scaled_f32(alpha, other.params, self.params)
         self.value_sum += alpha * other.value_sum
         self.deriv_sum += alpha * other.deriv_sum
         self.self_repair_total += alpha * other.self_repair_total
@@ -458,7 +458,7 @@ class GruNonlinearityComponent(_GruStatsMixin, UpdatableComponent):
 
     def add(self, alpha: float, other: Component) -> None:
         assert isinstance(other, GruNonlinearityComponent)
-        self.w_h += np.float32(alpha) * other.w_h
+        add_scaled_f32(alpha, other.w_h, self.w_h)
         self._add_stats(alpha, other)
 
     def perturb_params(self, stddev: float) -> None:
@@ -606,7 +606,7 @@ class OutputGruNonlinearityComponent(_GruStatsMixin, UpdatableComponent):
 
     def add(self, alpha: float, other: Component) -> None:
         assert isinstance(other, OutputGruNonlinearityComponent)
-        self.w_h += np.float32(alpha) * other.w_h
+        add_scaled_f32(alpha, other.w_h, self.w_h)
         self._add_stats(alpha, other)
 
     def perturb_params(self, stddev: float) -> None:
