@@ -980,10 +980,10 @@ class TransitionModel:
 
         n = counts.shape[0]
         old_probs = expf(self.log_probs[old_first:old_first + n])
-        new_probs = (counts / tot).astype(F32)
-        for _ in range(3):   # Kaldi floors and renormalises three times
-            alpha = F32(1.0 / float(blas_sum(new_probs)))
-            new_probs = np.maximum(new_probs * alpha, floor)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            new_probs = (counts / np.float64(tot)).astype(F32)
+            for _ in range(3):   # Kaldi floors and renormalises three times
+                new_probs = np.maximum(kaldi_normalize(new_probs, blas_sum), floor)
         floored = int(np.count_nonzero(new_probs == floor))
         with np.errstate(divide="ignore", invalid="ignore"):
             diff = logf(new_probs) - logf(old_probs)
@@ -1011,6 +1011,28 @@ class TransitionModel:
 
 def _warn(fmt: str, *args: object) -> None:
     _logmod.warn(fmt % args if args else fmt)
+
+
+def kaldi_scale(vec: np.ndarray, alpha: float) -> np.ndarray:
+    """Kaldi's ``VectorBase<float>::Scale(alpha)``: OpenBLAS's sscal, which
+    (in the 0.3.21 Kaldi links) sets the vector to zero for alpha 0 *or NaN*
+    instead of multiplying, so NaN and inf elements disappear.  That is what
+    rescues Kaldi's transition update of a state with no counts (0/0 probabilities,
+    then a NaN scale): the floor then applies and the probabilities become uniform."""
+    a = F32(alpha)
+    if a == 0.0 or np.isnan(a):
+        return np.zeros_like(np.asarray(vec, dtype=F32))
+    with np.errstate(over="ignore", invalid="ignore"):
+        return (np.asarray(vec, dtype=F32) * a).astype(F32)
+
+
+def kaldi_normalize(vec: np.ndarray, float_sum) -> np.ndarray:
+    """Kaldi's ``v.Scale(1.0 / v.Sum())`` of a float vector: the reciprocal in
+    double (inf or NaN for a zero or NaN sum, as in C++), then :func:`kaldi_scale`.
+    ``float_sum`` is Kaldi's float Sum() (``nnet.components.base.blas_sum``)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        alpha = np.float64(1.0) / np.float64(float_sum(vec))
+    return kaldi_scale(vec, float(alpha))
 
 
 def _g(value: float) -> str:

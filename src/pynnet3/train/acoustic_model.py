@@ -20,14 +20,15 @@ from ..errors import FormatError, PynnetError
 from ..io.kaldi_io import open_kaldi_object
 from ..io.table import INT32_VECTOR_HOLDER, SequentialTableReader
 from ..nnet.components.base import blas_sum
-from ..nnet.transition_model import (MleTransitionUpdateConfig, TransitionModel, logf,
-                                     read_topology, read_transition_model)
+from ..nnet.transition_model import (MleTransitionUpdateConfig, TransitionModel,
+                                     kaldi_normalize, logf, read_topology,
+                                     read_transition_model)
 from ..nnet.tree import read_context_dependency
 
 F32 = np.float32
 
 __all__ = ["am_init", "adjust_priors", "train_transitions", "priors_from_transition_accs",
-           "kl_divergence"]
+           "normalize_posterior", "print_prior_diagnostics", "kl_divergence"]
 
 
 def _g(value: float) -> str:
@@ -57,8 +58,7 @@ def am_init(raw_nnet_rx: str, am_out_wx: str, *, trans_model_rx: str | None = No
 
 def _scale_to_sum_one(vec: np.ndarray) -> np.ndarray:
     """Kaldi's ``v.Scale(1.0 / v.Sum())`` on a float vector."""
-    alpha = F32(1.0 / float(blas_sum(vec)))
-    return (vec * alpha).astype(F32)
+    return kaldi_normalize(vec, blas_sum)
 
 
 def kl_divergence(p: np.ndarray, q: np.ndarray) -> float:
@@ -80,7 +80,18 @@ def kl_divergence(p: np.ndarray, q: np.ndarray) -> float:
     return float(F32(total))
 
 
-def _print_prior_diagnostics(old_priors: np.ndarray, new_priors: np.ndarray) -> None:
+def normalize_posterior(posterior: np.ndarray) -> np.ndarray:
+    """A summed-posterior vector divided by its (float) sum, as the new priors."""
+    posterior = np.asarray(posterior, dtype=F32)
+    if not float(blas_sum(posterior)) > 0.0:
+        raise PynnetError("the summed-posterior vector does not sum to a positive value "
+                          "(KALDI_ASSERT(posterior_vec.Sum() > 0.0))")
+    return _scale_to_sum_one(posterior)
+
+
+def print_prior_diagnostics(old_priors: np.ndarray, new_priors: np.ndarray) -> None:
+    """nnet3-am-adjust-priors' log lines: none before, or the largest change
+    and the K-L divergence from the old priors to the new."""
     if old_priors.shape[0] == 0:
         log.log("Model did not previously have priors attached.")
         return
@@ -106,12 +117,11 @@ def adjust_priors(am_in_rx: str, posterior_vec_rx: str, am_out_wx: str, *,
     del prior_floor  # registered by Kaldi's binary but never used
     trans_model, am_nnet, _ = read_mdl(am_in_rx)
     r = open_kaldi_object(posterior_vec_rx)
-    posterior = np.asarray(r.read_vector(), dtype=F32)
-    if not float(blas_sum(posterior)) > 0.0:
-        raise FormatError("the summed-posterior vector does not sum to a positive value "
-                          "(KALDI_ASSERT(posterior_vec.Sum() > 0.0))", where=posterior_vec_rx)
-    posterior = _scale_to_sum_one(posterior)
-    _print_prior_diagnostics(am_nnet.priors, posterior)
+    try:
+        posterior = normalize_posterior(r.read_vector())
+    except PynnetError as e:
+        raise FormatError(str(e), where=posterior_vec_rx) from None
+    print_prior_diagnostics(am_nnet.priors, posterior)
     am_nnet.set_priors(posterior)
     write_mdl(am_out_wx, trans_model, am_nnet, binary)
     log.log(f"Modified priors of neural network model and wrote it to {am_out_wx}")
