@@ -167,3 +167,23 @@ def test_read_binary_topology_and_transition_model_helpers(tmp_path: Path) -> No
     path.write_bytes(b"\0B" + _bytes(topo, True))
     assert read_topology(str(path)) == topo
     assert read_rxfilename(str(DATA / "recipe" / "topo")).startswith(b"<Topology>")
+
+
+def test_write_tree_and_topology_files(tmp_path: Path) -> None:
+    """What a recipe needs to make its own tree and topology: Kaldi's formats."""
+    from pynnet3.nnet.transition_model import write_topology
+    from pynnet3.nnet.tree import write_context_dependency
+
+    topo = read_topology(str(DATA / "recipe" / "topo"))
+    mono = monophone_context_dependency(topo.phones, topo.get_phone_to_num_pdf_classes())
+    write_context_dependency(str(tmp_path / "tree"), mono)
+    write_context_dependency(str(tmp_path / "tree.txt"), mono, binary=False)
+    write_topology(str(tmp_path / "topo"), topo)
+    assert (tmp_path / "tree").read_bytes().startswith(b"\0BContextDependency \x04\x01")
+    text = (tmp_path / "tree.txt").read_text()
+    assert text.startswith("ContextDependency 1 0 ToPdf TE 0 33 ( NULL TE -1 1 ( CE 0 ) \n")
+    assert text.endswith("EndContextDependency ")
+    assert read_context_dependency(str(tmp_path / "tree")) == mono
+    assert read_context_dependency(str(tmp_path / "tree.txt")) == mono
+    assert read_topology(str(tmp_path / "topo")) == topo
+    assert (tmp_path / "topo").read_text().startswith("<Topology> \n<TopologyEntry> \n")

@@ -129,3 +129,37 @@ def test_update_without_floor_of_an_unseen_state_fails_as_kaldi() -> None:
     accs[1] = 3
     with pytest.raises(PynnetError, match="Log probs is inf or NaN"):
         tm.mle_update(accs, MleTransitionUpdateConfig(0.0, 0.0, False))
+
+
+def test_alignment_archives_text_and_binary(tmp_path: Path) -> None:
+    """Int32 vector tables (Kaldi's BasicVectorHolder<int32>): ``key 1 2 3 \\n`` in
+    text; an int32 count then int32 values after ``\\0B`` in binary."""
+    from pynnet3.io.table import TableWriter
+
+    alis = {"a": [1, 2, 3], "b": [], "c": [70000, 5]}
+    with TableWriter(f"ark,t:{tmp_path / 'a.txt'}", INT32_VECTOR_HOLDER) as w:
+        for k, v in alis.items():
+            w.write(k, v)
+    assert (tmp_path / "a.txt").read_bytes() == b"a 1 2 3 \nb \nc 70000 5 \n"
+    with TableWriter(f"ark:{tmp_path / 'a.ark'}", INT32_VECTOR_HOLDER) as w:
+        for k, v in alis.items():
+            w.write(k, v)
+    assert (tmp_path / "a.ark").read_bytes().startswith(
+        b"a \0B\x04\x03\x00\x00\x00\x04\x01\x00\x00\x00\x04\x02\x00\x00\x00")
+    for name in ("a.txt", "a.ark"):
+        with SequentialTableReader(f"ark:{tmp_path / name}", INT32_VECTOR_HOLDER) as r:
+            assert dict(r) == alis
+
+
+def test_kaldi_binary_alignment_archive() -> None:
+    """The reference chain setup's ali.ark (Kaldi binary) reads as its ali.txt."""
+    from tests.helpers import reference_dir
+
+    d = reference_dir() / "chain"
+    if not (d / "ali.ark").is_file():
+        pytest.skip(f"no chain reference at {d}")
+    with SequentialTableReader(f"ark:{d / 'ali.ark'}", INT32_VECTOR_HOLDER) as r:
+        binary = list(r)
+    with SequentialTableReader(f"ark:{d / 'ali.txt'}", INT32_VECTOR_HOLDER) as r:
+        text = list(r)
+    assert len(binary) == 30 and binary == text

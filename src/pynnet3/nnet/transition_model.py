@@ -39,7 +39,8 @@ import numpy as np
 
 from .. import log as _logmod
 from ..errors import FormatError
-from ..io.kaldi_io import KaldiReader, KaldiWriter, open_kaldi_object
+from ..io.kaldi_io import (KaldiReader, KaldiWriter, kaldi_object_bytes, open_kaldi_object,
+                           write_wxfilename)
 
 if TYPE_CHECKING:
     from .tree import ContextDependency
@@ -1068,6 +1069,14 @@ def read_topology(rxfilename: str) -> HmmTopology:
     topo = HmmTopology()
     topo.read(r)
     return topo
+
+
+def write_topology(wxfilename: str, topo: HmmTopology, binary: bool = False) -> None:
+    """Write a topology file as Kaldi's WriteKaldiObject does (text by default,
+    the form recipes keep in ``lang/topo``)."""
+    w = KaldiWriter(binary)
+    topo.write(w)
+    write_wxfilename(wxfilename, kaldi_object_bytes(w))
 
 
 def read_transition_model(rxfilename: str) -> TransitionModel:

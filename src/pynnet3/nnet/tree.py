@@ -34,7 +34,8 @@ from typing import Sequence
 
 from .. import log as _logmod
 from ..errors import FormatError
-from ..io.kaldi_io import KaldiReader, KaldiWriter, open_kaldi_object
+from ..io.kaldi_io import (KaldiReader, KaldiWriter, kaldi_object_bytes, open_kaldi_object,
+                           write_wxfilename)
 
 K_PDF_CLASS = -1   # the event key of the pdf-class (kPdfClass)
 
@@ -416,6 +417,14 @@ def read_context_dependency(rxfilename: str) -> ContextDependency:
     ctx_dep = ContextDependency()
     ctx_dep.read(r)
     return ctx_dep
+
+
+def write_context_dependency(wxfilename: str, ctx_dep: ContextDependency,
+                             binary: bool = True) -> None:
+    """Write a tree file as Kaldi's WriteKaldiObject does."""
+    w = KaldiWriter(binary)
+    ctx_dep.write(w)
+    write_wxfilename(wxfilename, kaldi_object_bytes(w))
 
 
 def monophone_context_dependency(phones: Sequence[int],
