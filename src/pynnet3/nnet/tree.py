@@ -185,8 +185,13 @@ class SplitEventMap(EventMap):
         self.yes_set: list[int] = [int(v) for v in yes_set]
         self.yes = yes
         self.no = no
+        # A sorted set (what Kaldi writes) is searched by hashing: the same answers.
+        ordered = all(a < b for a, b in zip(self.yes_set, self.yes_set[1:]))
+        self._members = frozenset(self.yes_set) if ordered else None
 
     def _is_yes(self, value: int) -> bool:
+        if self._members is not None:
+            return value in self._members
         i = bisect.bisect_left(self.yes_set, value)
         return i < len(self.yes_set) and self.yes_set[i] == value
 
