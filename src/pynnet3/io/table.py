@@ -26,6 +26,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Iterator, Protocol
 
+import numpy as np
+
 from ..errors import FormatError, UsageError
 from .kaldi_io import KaldiReader, KaldiWriter
 
@@ -594,3 +596,49 @@ class TokenHolder:
 
 VECTOR_HOLDER = VectorHolder()
 TOKEN_HOLDER = TokenHolder()
+
+
+_SIZED_INT32 = np.dtype([("size", "u1"), ("value", "<i4")])
+
+
+class Int32VectorHolder:
+    """Kaldi's BasicVectorHolder<int32> (alignments, phone sequences): a list
+    of ints.  Text: the values on one line, each followed by a space, then a
+    newline; binary: an int32 count, then each value as an int32."""
+
+    name = "Int32Vector"
+
+    @staticmethod
+    def read(r: KaldiReader) -> list[int]:
+        if r.binary:
+            n = r.read_int32()
+            if n < 0 or r.pos + 5 * n > len(r.data):
+                raise r.error(f"bad or truncated integer vector of size {n}")
+            # n records of (size byte 4, little-endian int32).
+            rec = np.frombuffer(r.data, dtype=_SIZED_INT32, count=n, offset=r.pos)
+            if n and not np.all(rec["size"] == 4):
+                raise r.error("expected int32 elements (size byte 4) in integer vector")
+            r.pos += 5 * n
+            return rec["value"].astype(np.int64).tolist()
+        # Text: the rest of the line (a line without a newline ends at the end of the data).
+        end = r.data.find(b"\n", r.pos)
+        end = len(r.data) if end < 0 else end
+        line = r.data[r.pos:end]
+        r.pos = min(end + 1, len(r.data))
+        try:
+            return [int(w) for w in line.split()]
+        except ValueError:
+            raise r.error(f"could not interpret line as integers: {line[:60]!r}") from None
+
+    @staticmethod
+    def write(w: KaldiWriter, obj) -> None:
+        values = [int(v) for v in obj]
+        if w.binary:
+            w.write_int32(len(values))
+            for v in values:
+                w.write_int32(v)
+        else:
+            w.write_raw("".join(f"{v} " for v in values) + "\n")
+
+
+INT32_VECTOR_HOLDER = Int32VectorHolder()

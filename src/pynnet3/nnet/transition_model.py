@@ -29,17 +29,68 @@ tokens wrapped around individual tuples are skipped, and a missing
 from __future__ import annotations
 
 import bisect
+import ctypes
+import ctypes.util
 import re
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from .. import log as _logmod
 from ..errors import FormatError
-from ..io.kaldi_io import KaldiReader, KaldiWriter
+from ..io.kaldi_io import (KaldiReader, KaldiWriter, kaldi_object_bytes, open_kaldi_object,
+                           write_wxfilename)
+
+if TYPE_CHECKING:
+    from .tree import ContextDependency
 
 K_NO_PDF = -1
+
+F32 = np.float32
+
+
+# ---------------------------------------------------------------------------
+# Kaldi's float Log() and Exp() are the C library's logf and expf; NumPy's own
+# float32 log/exp differ from glibc's in the last bit for a good fraction of
+# inputs, and log-probabilities are written to the model, so we call libm.
+
+
+def _load_libm() -> ctypes.CDLL | None:
+    for name in (ctypes.util.find_library("m"), "libm.so.6", None):
+        try:
+            lib = ctypes.CDLL(name)
+            lib.logf.restype = ctypes.c_float
+            lib.logf.argtypes = [ctypes.c_float]
+            lib.expf.restype = ctypes.c_float
+            lib.expf.argtypes = [ctypes.c_float]
+            return lib
+        except (OSError, AttributeError):
+            continue
+    return None
+
+
+_LIBM = _load_libm()
+
+
+def logf(values: np.ndarray | float) -> np.ndarray:
+    """Kaldi's Log(float) elementwise: the C library's logf, as float32."""
+    a = np.asarray(values, dtype=F32)
+    if _LIBM is None:   # no C library found: correctly rounded (nearly always the same)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.log(a.astype(np.float64)).astype(F32)
+    f = _LIBM.logf
+    return np.array([f(x) for x in a.reshape(-1).tolist()], dtype=F32).reshape(a.shape)
+
+
+def expf(values: np.ndarray | float) -> np.ndarray:
+    """Kaldi's Exp(float) elementwise: the C library's expf, as float32."""
+    a = np.asarray(values, dtype=F32)
+    if _LIBM is None:
+        with np.errstate(over="ignore"):
+            return np.exp(a.astype(np.float64)).astype(F32)
+    f = _LIBM.expf
+    return np.array([f(x) for x in a.reshape(-1).tolist()], dtype=F32).reshape(a.shape)
 
 _WS = b" \t\n\r\v\f"
 _INT_RE = re.compile(r"\s*[+-]?[0-9]+")
@@ -721,6 +772,231 @@ class TransitionModel:
         if not w.binary:
             w.write_raw("\n")
 
+    # -- construction from a tree and a topology --------------------------
+    @classmethod
+    def from_tree(cls, ctx_dep: "ContextDependency", topo: HmmTopology) -> "TransitionModel":
+        """Kaldi's TransitionModel(ctx_dep, topo): one transition-state per
+        (phone, HMM state, forward pdf, self-loop pdf) the tree allows, sorted;
+        log-probabilities initialised from the topology's transition probabilities."""
+        tm = cls()
+        tm.topo = topo
+        phones = topo.phones
+        if not phones:
+            raise FormatError("TransitionModel: the topology has no phones")
+        if topo.is_hmm():
+            tuples = tm._tuples_is_hmm(ctx_dep)
+        else:
+            tuples = tm._tuples_not_hmm(ctx_dep)
+        tm.tuples = sorted(tuples)
+        tm.compute_derived()
+        tm._initialize_probs()
+        err = tm.check()
+        if err is not None:
+            raise FormatError(err)
+        tm.compute_derived_of_probs()
+        return tm
+
+    def _tuples_is_hmm(self, ctx_dep: "ContextDependency") -> list[TransitionTuple]:
+        topo = self.topo
+        phones = topo.phones
+        num_pdf_classes = [-1] * (max(phones) + 1)
+        for phone in phones:
+            num_pdf_classes[phone] = topo.num_pdf_classes(phone)
+        pdf_info = ctx_dep.get_pdf_info(phones, num_pdf_classes)
+        # (phone, pdf-class) -> the HMM states of that phone emitting that pdf-class.
+        states_of: dict[tuple[int, int], list[int]] = {}
+        for phone in phones:
+            for j, state in enumerate(topo.topology_for_phone(phone)):
+                if state.forward_pdf_class != K_NO_PDF:
+                    states_of.setdefault((phone, state.forward_pdf_class), []).append(j)
+        tuples = []
+        for pdf, pairs in enumerate(pdf_info):
+            for phone, pdf_class in pairs:
+                states = states_of.get((phone, pdf_class))
+                if not states:
+                    raise FormatError(f"TransitionModel: the tree gives pdf {pdf} to pdf-class "
+                                      f"{pdf_class} of phone {phone}, which its topology lacks")
+                tuples.extend(TransitionTuple(phone, s, pdf, pdf) for s in states)
+        return tuples
+
+    def _tuples_not_hmm(self, ctx_dep: "ContextDependency") -> list[TransitionTuple]:
+        topo = self.topo
+        phones = topo.phones
+        max_phone = max(phones)
+        class_pairs: list[list[tuple[int, int]]] = [[] for _ in range(max_phone + 1)]
+        states_of: list[dict[tuple[int, int], list[int]]] = [{} for _ in range(max_phone + 1)]
+        for phone in phones:
+            for j, state in enumerate(topo.topology_for_phone(phone)):
+                if state.forward_pdf_class != K_NO_PDF:
+                    pair = (state.forward_pdf_class, state.self_loop_pdf_class)
+                    class_pairs[phone].append(pair)
+                    states_of[phone].setdefault(pair, []).append(j)
+        pdf_info = ctx_dep.get_pdf_pair_info(phones, class_pairs)
+        tuples = []
+        for phone in phones:
+            for j, pair in enumerate(class_pairs[phone]):
+                for s in states_of[phone][pair]:
+                    tuples.extend(TransitionTuple(phone, s, pdf, loop_pdf)
+                                  for pdf, loop_pdf in pdf_info[phone][j])
+        return tuples
+
+    def _initialize_probs(self) -> None:
+        """log_probs[tid] = logf(the topology's probability of that transition)."""
+        n = self.num_transition_ids()
+        probs = np.zeros(n + 1, dtype=F32)
+        for tstate, t in enumerate(self.tuples, start=1):
+            first = int(self.state2id[tstate])
+            for index, (_dst, prob) in enumerate(
+                    self.topo.topology_for_phone(t.phone)[t.hmm_state].transitions):
+                if prob <= 0.0:
+                    raise FormatError("TransitionModel::InitializeProbs, zero probability "
+                                      "[should remove that entry in the topology]")
+                if prob > 1.0:
+                    _warn("TransitionModel::InitializeProbs, prob greater than one.")
+                probs[first + index] = prob
+        log_probs = np.zeros(n + 1, dtype=F32)
+        log_probs[1:] = logf(probs[1:])
+        self.log_probs = log_probs
+
+    # -- statistics and the maximum-likelihood update -----------------------
+    def init_stats(self) -> np.ndarray:
+        """Zero counts indexed by transition-id (element 0 unused): Kaldi's InitStats."""
+        return np.zeros(self.num_transition_ids() + 1, dtype=np.float64)
+
+    def accumulate(self, stats: np.ndarray, prob: float, trans_id: int) -> None:
+        if not 0 <= trans_id <= self.num_transition_ids():
+            raise FormatError(f"transition-id {trans_id} out of range "
+                              f"(the model has {self.num_transition_ids()})")
+        stats[trans_id] += float(F32(prob))
+
+    def accumulate_alignment(self, stats: np.ndarray, alignment: np.ndarray | list[int]) -> None:
+        """Add one count per frame for each transition-id of ``alignment``."""
+        ali = np.asarray(alignment, dtype=np.int64).reshape(-1)
+        if ali.size and (ali.min() < 0 or ali.max() > self.num_transition_ids()):
+            bad = ali[(ali < 0) | (ali > self.num_transition_ids())][0]
+            raise FormatError(f"transition-id {int(bad)} out of range "
+                              f"(the model has {self.num_transition_ids()})")
+        # Integer counts: summing them in any order is exact.
+        stats += np.bincount(ali, minlength=stats.shape[0]).astype(np.float64)
+
+    def mle_update(self, stats: np.ndarray,
+                   cfg: "MleTransitionUpdateConfig") -> tuple[float, float]:
+        """Kaldi's MleUpdate: new transition probabilities from counts.
+
+        Returns (total objective improvement, total count), both float32 values
+        as Kaldi accumulates them, and logs Kaldi's two summary lines.
+        """
+        if cfg.share_for_pdfs:
+            return self._mle_update_shared(stats, cfg)
+        stats = np.asarray(stats, dtype=np.float64)
+        if stats.shape[0] != self.num_transition_ids() + 1:
+            raise FormatError(f"transition stats have dimension {stats.shape[0]}, expected "
+                              f"{self.num_transition_ids() + 1}")
+        count_sum, objf_sum = F32(0.0), F32(0.0)
+        num_skipped = num_floored = 0
+        floor, mincount = F32(cfg.floor), F32(cfg.mincount)
+        for tstate in range(1, self.num_transition_states() + 1):
+            first = int(self.state2id[tstate])
+            n = int(self.state2id[tstate + 1]) - first
+            if n <= 1:   # nothing to estimate
+                continue
+            counts = stats[first:first + n]
+            tot = _sum_f64(counts)
+            count_sum = F32(float(count_sum) + tot)
+            if tot < mincount:
+                num_skipped += 1
+                continue
+            new_probs, floored, objf = self._estimate(counts, tot, first, floor)
+            num_floored += floored
+            for c in objf:
+                objf_sum = F32(float(objf_sum) + c)
+            self._commit(first, new_probs)
+        _logmod.log(f"TransitionModel::Update, objf change is {_g(F32(objf_sum / count_sum))} "
+                    f"per frame over {_g(count_sum)} frames. ")
+        _logmod.log(f"{num_floored} probabilities floored, {num_skipped} out of "
+                    f"{self.num_transition_states()} transition-states skipped due to "
+                    f"insuffient data (it is normal to have some skipped.)")
+        self.compute_derived_of_probs()
+        return float(objf_sum), float(count_sum)
+
+    def _mle_update_shared(self, stats: np.ndarray,
+                           cfg: "MleTransitionUpdateConfig") -> tuple[float, float]:
+        """MleUpdate with --share-for-pdfs: states with the same pdf pool their
+        counts and get the same probabilities (Kaldi's MleUpdateShared)."""
+        stats = np.asarray(stats, dtype=np.float64)
+        if stats.shape[0] != self.num_transition_ids() + 1:
+            raise FormatError(f"transition stats have dimension {stats.shape[0]}, expected "
+                              f"{self.num_transition_ids() + 1}")
+        is_hmm = self.is_hmm()
+        pdf_to_tstates: dict[int, set[int]] = {}
+        for tstate, t in enumerate(self.tuples, start=1):
+            pdf_to_tstates.setdefault(t.forward_pdf, set()).add(tstate)
+            if not is_hmm:
+                pdf_to_tstates.setdefault(t.self_loop_pdf, set()).add(tstate)
+        count_sum, objf_sum = F32(0.0), F32(0.0)
+        num_skipped = num_floored = 0
+        floor, mincount = F32(cfg.floor), F32(cfg.mincount)
+        for pdf in sorted(pdf_to_tstates):
+            tstates = sorted(pdf_to_tstates[pdf])
+            one = tstates[0]
+            n = self.num_transition_indices(one)
+            if n <= 1:
+                continue
+            counts = np.zeros(n, dtype=np.float64)
+            for tstate in tstates:
+                if self.num_transition_indices(tstate) != n:
+                    raise FormatError("Mismatch in #transition indices: you cannot use the "
+                                      "--share-for-pdfs option with this topology and sharing "
+                                      "scheme.")
+                first = int(self.state2id[tstate])
+                counts += stats[first:first + n]
+            tot = _sum_f64(counts)
+            count_sum = F32(float(count_sum) + tot)
+            if tot < mincount:
+                num_skipped += 1
+                continue
+            # The old probabilities are taken from the first state (the
+            # objective assumes they were already shared).
+            new_probs, floored, objf = self._estimate(counts, tot, int(self.state2id[one]),
+                                                      floor)
+            num_floored += floored
+            for c in objf:
+                objf_sum = F32(float(objf_sum) + c)
+            for tstate in tstates:
+                self._commit(int(self.state2id[tstate]), new_probs)
+        _logmod.log(f"Objf change is {_g(F32(objf_sum / count_sum))} per frame over "
+                    f"{_g(count_sum)} frames; {num_floored} probabilities floored, "
+                    f"{num_skipped} pdf-ids skipped due to insuffient data.")
+        self.compute_derived_of_probs()
+        return float(objf_sum), float(count_sum)
+
+    def _estimate(self, counts: np.ndarray, tot: float, old_first: int,
+                  floor: np.float32) -> tuple[np.ndarray, int, list[float]]:
+        """Normalised, floored probabilities from ``counts`` (float32, as Kaldi),
+        the number floored, and each transition's objective change (doubles);
+        the old probabilities are those of the transition-ids from ``old_first``."""
+        # Kaldi's float Sum() (OpenBLAS's order); imported here, as the
+        # components are not needed just to read a transition model.
+        from .components.base import blas_sum
+
+        n = counts.shape[0]
+        old_probs = expf(self.log_probs[old_first:old_first + n])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            new_probs = (counts / np.float64(tot)).astype(F32)
+            for _ in range(3):   # Kaldi floors and renormalises three times
+                new_probs = np.maximum(kaldi_normalize(new_probs, blas_sum), floor)
+        floored = int(np.count_nonzero(new_probs == floor))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            diff = logf(new_probs) - logf(old_probs)
+        objf = [float(c) * float(d) for c, d in zip(counts.tolist(), diff.tolist())]
+        return new_probs, floored, objf
+
+    def _commit(self, first: int, new_probs: np.ndarray) -> None:
+        logs = logf(new_probs)
+        if not np.all(np.isfinite(logs)):
+            raise FormatError("Log probs is inf or NaN: error in update or bad stats?")
+        self.log_probs[first:first + new_probs.shape[0]] = logs
+
     def __eq__(self, other: object) -> bool:
         """Kaldi's Compatible() plus equal log-probs."""
         if not isinstance(other, TransitionModel):
@@ -736,3 +1012,77 @@ class TransitionModel:
 
 def _warn(fmt: str, *args: object) -> None:
     _logmod.warn(fmt % args if args else fmt)
+
+
+def kaldi_scale(vec: np.ndarray, alpha: float) -> np.ndarray:
+    """Kaldi's ``VectorBase<float>::Scale(alpha)``: OpenBLAS's sscal, which
+    (in the 0.3.21 Kaldi links) sets the vector to zero for alpha 0 *or NaN*
+    instead of multiplying, so NaN and inf elements disappear.  That is what
+    rescues Kaldi's transition update of a state with no counts (0/0 probabilities,
+    then a NaN scale): the floor then applies and the probabilities become uniform."""
+    a = F32(alpha)
+    if a == 0.0 or np.isnan(a):
+        return np.zeros_like(np.asarray(vec, dtype=F32))
+    with np.errstate(over="ignore", invalid="ignore"):
+        return (np.asarray(vec, dtype=F32) * a).astype(F32)
+
+
+def kaldi_normalize(vec: np.ndarray, float_sum) -> np.ndarray:
+    """Kaldi's ``v.Scale(1.0 / v.Sum())`` of a float vector: the reciprocal in
+    double (inf or NaN for a zero or NaN sum, as in C++), then :func:`kaldi_scale`.
+    ``float_sum`` is Kaldi's float Sum() (``nnet.components.base.blas_sum``)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        alpha = np.float64(1.0) / np.float64(float_sum(vec))
+    return kaldi_scale(vec, float(alpha))
+
+
+def _g(value: float) -> str:
+    """A float as C++'s ``operator<<`` prints it (precision 6)."""
+    return "%.6g" % float(value)
+
+
+def _sum_f64(values: np.ndarray) -> float:
+    """Vector<double>::Sum of a few counts, left to right."""
+    total = 0.0
+    for v in values.tolist():
+        total += v
+    return total
+
+
+@dataclass
+class MleTransitionUpdateConfig:
+    """Kaldi's MleTransitionUpdateConfig (options of the transition update)."""
+
+    floor: float = field(default=0.01, metadata={
+        "flag": "transition-floor", "help": "Floor for transition probabilities"})
+    mincount: float = field(default=5.0, metadata={
+        "flag": "transition-min-count",
+        "help": "Minimum count required to update transitions from a state"})
+    share_for_pdfs: bool = field(default=False, metadata={
+        "flag": "share-for-pdfs",
+        "help": "If true, share all transition parameters where the states have the same pdf."})
+
+
+def read_topology(rxfilename: str) -> HmmTopology:
+    """A topology file (``topo``), text or binary."""
+    r = open_kaldi_object(rxfilename)
+    topo = HmmTopology()
+    topo.read(r)
+    return topo
+
+
+def write_topology(wxfilename: str, topo: HmmTopology, binary: bool = False) -> None:
+    """Write a topology file as Kaldi's WriteKaldiObject does (text by default,
+    the form recipes keep in ``lang/topo``)."""
+    w = KaldiWriter(binary)
+    topo.write(w)
+    write_wxfilename(wxfilename, kaldi_object_bytes(w))
+
+
+def read_transition_model(rxfilename: str) -> TransitionModel:
+    """The TransitionModel at the head of a file (a ``.mdl`` or a bare one);
+    whatever follows it is not read."""
+    r = open_kaldi_object(rxfilename)
+    tm = TransitionModel()
+    tm.read(r)
+    return tm
