@@ -22,4 +22,7 @@ BINARIES = {
     "nnet3-average": "pynnet3.cli.average:main",
     "nnet3-show-progress": "pynnet3.cli.show_progress:main",
     "nnet3-compute-request": "pynnet3.cli.compute_request:main",
+    "nnet3-acc-lda-stats": "pynnet3.cli.acc_lda_stats:main",
+    "sum-lda-accs": "pynnet3.cli.sum_lda_accs:main",
+    "nnet-get-feature-transform": "pynnet3.cli.get_feature_transform:main",
 }
