@@ -284,3 +284,35 @@ def test_kaldi_stats_file_rewrites_identically() -> None:
     stats.write(w)
     assert kaldi_object_bytes(w) == data
     assert open_kaldi_object(str(GOLDEN / "lda_stats")).binary
+
+
+def test_dense_targets_accumulate_as_sparse() -> None:
+    """Posteriors as a full target matrix (nnet3-get-egs-dense-targets) give the
+    stats, and take the rand() draws, of the same posteriors as a sparse matrix:
+    Kaldi walks each row's pdfs in order and zeros draw nothing."""
+    from tests.helpers import nnet_from_config
+
+    nnet = nnet_from_config("input-node name=input dim=3\n"
+                            "output-node name=output input=Append(Offset(input,-1), input)\n")
+    rng = np.random.default_rng(6)
+    egs_sparse, egs_dense = [], []
+    for _ in range(20):
+        feats = rng.standard_normal((5, 3)).astype(np.float32)
+        post = np.where(rng.random((4, 6)) < 0.3, rng.random((4, 6)), 0).astype(np.float32)
+        post[:, 0] += np.float32(2.5)     # above the threshold: kept, without a draw
+        inp = NnetIo("input", make_indexes(5, -1), feats)
+        egs_sparse.append(NnetExample([inp, NnetIo("output", make_indexes(4, 0), GeneralMatrix(
+            SparseMatrix.from_dense(post)))]))
+        egs_dense.append(NnetExample([inp, NnetIo("output", make_indexes(4, 0), post)]))
+    accs = []
+    for egs in (egs_sparse, egs_dense):
+        acc = NnetLdaStatsAccumulator(0.75, nnet)
+        for eg in egs:
+            acc.acc_stats(eg)
+        accs.append(acc)
+    a, b = accs
+    assert a.stats.tot_count() > 0
+    assert np.array_equal(a.stats.zero_acc, b.stats.zero_acc)
+    assert np.array_equal(a.stats.first_acc, b.stats.first_acc)
+    assert np.array_equal(a.stats.total_second_acc, b.stats.total_second_acc)
+    assert a.rng.rand() == b.rng.rand()
