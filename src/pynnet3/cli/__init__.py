@@ -31,4 +31,7 @@ BINARIES = {
     "nnet3-compute-from-egs": "pynnet3.cli.compute_from_egs:main",
     "matrix-sum-rows": "pynnet3.cli.matrix_sum_rows:main",
     "vector-sum": "pynnet3.cli.vector_sum:main",
+    "nnet3-acc-lda-stats": "pynnet3.cli.acc_lda_stats:main",
+    "sum-lda-accs": "pynnet3.cli.sum_lda_accs:main",
+    "nnet-get-feature-transform": "pynnet3.cli.get_feature_transform:main",
 }

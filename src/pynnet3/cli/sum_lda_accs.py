@@ -1,0 +1,27 @@
+"""sum-lda-accs: sum LDA accumulators (from nnet3-acc-lda-stats or acc-lda)."""
+from __future__ import annotations
+
+import click
+
+from .common import bool_option, kaldi_command, run
+
+USAGE = """Sum stats obtained with acc-lda.
+
+\b
+Usage: sum-lda-accs [options] <stats-out> <stats-in1> <stats-in2> ..."""
+
+
+@kaldi_command(USAGE)
+@bool_option("--binary", True, "Write accumulators in binary mode.")
+@click.argument("args", nargs=-1)
+def command(binary: bool, args: tuple[str, ...]) -> None:
+    if len(args) < 2:
+        raise click.UsageError(f"wrong number of arguments: got {len(args)}, expected at "
+                               "least 2")
+    from ..train.lda import sum_lda_accs
+
+    sum_lda_accs(args[0], args[1:], binary)
+
+
+def main() -> int:
+    return run(command, "sum-lda-accs")
