@@ -49,6 +49,7 @@ stage_done() {  # prints how long the stage took, as Kaldi's scripts log it
 
 if [ $stage -le 0 ]; then
   echo "$0: stage 0: toy data, lang and alignments"
+  mkdir -p $data/train $data/valid $data/test
   python3 local/make_data.py --seed=1 --num-utts=120 --num-pdfs=$num_pdfs $data/train
   python3 local/make_data.py --seed=2 --num-utts=15 --num-pdfs=$num_pdfs $data/valid
   python3 local/make_data.py --seed=3 --num-utts=5 --num-pdfs=$num_pdfs $data/test

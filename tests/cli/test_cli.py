@@ -114,3 +114,19 @@ def test_bad_config_reports_file_and_line(tmp_path: Path) -> None:
     last = p.stderr.decode().strip().splitlines()[-1]
     assert f"{conf}:2" in last and "input-dim" in last
     assert not (tmp_path / "x.raw").exists()
+
+
+def test_init_accepts_negative_srand(tmp_path):
+    # Kaldi's training scripts run nnet3-init --srand=-2 (srand takes it modulo 2^32).
+    cfg = tmp_path / "init.config"
+    cfg.write_text("input-node name=input dim=3\n"
+                   "component name=a type=AffineComponent input-dim=3 output-dim=2\n"
+                   "component-node name=a component=a input=input\n"
+                   "output-node name=output input=a\n")
+    outs = []
+    for seed in ("-2", "-2", "5"):
+        out = tmp_path / f"{seed}.{len(outs)}.raw"
+        r = run("nnet3-init", f"--srand={seed}", str(cfg), str(out))
+        assert r.returncode == 0, r.stderr
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1] and outs[0] != outs[2]

@@ -489,7 +489,8 @@ _RNG = np.random.default_rng(0)
 
 def set_random_seed(seed: int) -> None:
     global _RNG
-    _RNG = np.random.default_rng(seed)
+    # Kaldi calls srand(seed) with an int: a negative seed is taken modulo 2^32.
+    _RNG = np.random.default_rng(seed & 0xFFFFFFFF)
 
 
 def rng() -> np.random.Generator:
