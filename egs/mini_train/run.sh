@@ -91,8 +91,9 @@ if [ $stage -le 2 ]; then
   # The training archives: the egs split at random between them.
   nnet3-copy-egs --random=true --srand=1 ark:$egs/train_all.egs \
     $(for n in $(seq $num_jobs); do echo ark:$egs/egs.$n.ark; done) 2> $dir/log/split_egs.log
-  echo "$0: $(grep -o 'Wrote [0-9]* examples' $dir/log/split_egs.log | head -1)" \
-       "to $num_jobs archives; held out: $(grep -ho 'Selected [0-9]*.*' $dir/log/subset_*.log | paste -sd, -)"
+  echo "$0: $(grep -o 'into [0-9]* chunks' $dir/log/get_egs.train.log | awk '{print $2}') training egs" \
+       "in $num_jobs archives; held out: $(for s in valid train combine; do
+         grep -o 'subset of [0-9]* out of [0-9]*' $dir/log/subset_$s.log | awk -v s=$s '{print s, $3 "/" $6}'; done | paste -sd, -)"
   stage_done "stage 2"
 fi
 
@@ -135,10 +136,11 @@ first_model_combine=$((num_iters - num_iters_combine + 1))
 
 compute_prob() {  # <iter>: diagnostics on the held-out subsets, as compute_train_cv_probabilities()
   for set in valid train; do
-    nnet3-compute-prob "nnet3-am-copy --raw=true $dir/$1.mdl - |" \
+    nnet3-compute-prob $dir/$1.mdl \
       "ark,bg:nnet3-copy-egs ark:$egs/${set}_diagnostic.egs ark:- | nnet3-merge-egs --minibatch-size=1:64 ark:- ark:- |" \
-      2> $dir/log/compute_prob_$set.$1.log
+      2> $dir/log/compute_prob_$set.$1.log &
   done
+  wait
   echo "$0: iter $1: $(grep -o "Overall log-likelihood for 'output' is [^ ]*" $dir/log/compute_prob_valid.$1.log | awk '{print "valid logprob", $NF}')," \
        "$(grep -o "Overall accuracy for 'output' is [^ ]*" $dir/log/compute_prob_valid.$1.log | awk '{print "accuracy", $NF}')" \
        "(train: $(grep -o "Overall log-likelihood for 'output' is [^ ]*" $dir/log/compute_prob_train.$1.log | awk '{print $NF}'))"
@@ -154,8 +156,8 @@ if [ $stage -le 5 ]; then
       -v t=$num_archives_to_process -v e=$num_epochs 'BEGIN { printf "%.2f/%.1f (%.1f%% complete)", p * e / t, e, p * 100 / t }')   lr: $lrate"
     compute_prob $iter
     if [ $iter -gt 0 ]; then
-      nnet3-show-progress --use-gpu=no "nnet3-am-copy --raw=true $dir/$((iter - 1)).mdl - |" \
-        "nnet3-am-copy --raw=true $dir/$iter.mdl - |" 2> $dir/log/progress.$iter.log
+      nnet3-show-progress --use-gpu=no $dir/$((iter - 1)).mdl $dir/$iter.mdl \
+        2> $dir/log/progress.$iter.log
     fi
     # The first iteration uses half the minibatch and keeps the best job's model
     # instead of the average (the models are too far apart to average yet).
@@ -208,7 +210,7 @@ if [ $stage -le 7 ]; then
     nnet3-copy-egs ark:$egs/egs.$n.ark ark:- 2> $dir/log/get_post.$n.log | \
       nnet3-subset-egs --srand=$n --n=$prior_subset_size ark:- ark:- 2>> $dir/log/get_post.$n.log | \
       nnet3-merge-egs --minibatch-size=128 ark:- ark:- 2>> $dir/log/get_post.$n.log | \
-      nnet3-compute-from-egs --apply-exp=true "nnet3-am-copy --raw=true $dir/combined.mdl - |" ark:- ark:- \
+      nnet3-compute-from-egs --apply-exp=true $dir/combined.mdl ark:- ark:- \
         2>> $dir/log/get_post.$n.log | \
       matrix-sum-rows ark:- ark:- 2>> $dir/log/get_post.$n.log | \
       vector-sum ark:- $dir/post.combined.$n.vec 2>> $dir/log/get_post.$n.log &
