@@ -221,8 +221,17 @@ def normalize_argv(argv: Sequence[str], command: click.Command) -> list[str]:
     return config_args + out
 
 
+class ArgumentCountError(click.UsageError):
+    """The wrong number of positional arguments (Kaldi prints its usage)."""
+
+
 def run(command: click.Command, prog: str, argv: Sequence[str] | None = None) -> int:
-    """Run a binary: echo the command line, parse, map errors to exit codes."""
+    """Run a binary: echo the command line, parse, map errors to exit codes.
+
+    Exit statuses (docs/exit-statuses.md): 0 success; 1 an error (one
+    ``ERROR`` line) or Kaldi's "nothing done" status (the command raises
+    ``click.exceptions.Exit(1)``); 2 an internal error (a bug in pynnet3).
+    """
     if argv is None:
         argv = sys.argv[1:]
     log.set_program_name(prog)
@@ -238,8 +247,12 @@ def run(command: click.Command, prog: str, argv: Sequence[str] | None = None) ->
         log.error("aborted")
         return 1
     except click.UsageError as e:
-        sys.stderr.write(command.get_help(click.Context(command, info_name=prog)) + "\n\n")
+        # The cause first, on one line (with click's "did you mean" for a
+        # misspelt option); the usage text only where the arguments were wrong.
         log.error(e.format_message())
+        if isinstance(e, ArgumentCountError):
+            sys.stderr.write("\n" + kaldi_usage_text(command.help or "") + "\n\n")
+        sys.stderr.write(f"Run '{prog} --help' for the options.\n")
         return 1
     except click.ClickException as e:
         log.error(e.format_message())
@@ -272,11 +285,29 @@ def common_options(f: Callable) -> Callable:
     return f
 
 
+def kaldi_usage_text(usage: str) -> str:
+    """Kaldi's usage text as written in the binary's USAGE (without click's
+    ``\\b`` no-rewrap markers), printed verbatim as Kaldi prints it."""
+    lines = [line for line in usage.strip("\n").splitlines() if line != "\b"]
+    return "\n".join(lines)
+
+
+class KaldiCommand(click.Command):
+    """A click command whose help is Kaldi's usage text verbatim (it has its
+    own ``Usage:`` line, so click's is left out), then the options."""
+
+    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        pass
+
+    def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        formatter.write(kaldi_usage_text(self.help or "") + "\n")
+
+
 def kaldi_command(usage: str) -> Callable[[Callable], click.Command]:
     """Decorator making a click command with Kaldi's usage text as help."""
 
     def deco(f: Callable) -> click.Command:
-        cmd = click.command(help=usage, context_settings={
+        cmd = click.command(cls=KaldiCommand, help=usage, context_settings={
             "help_option_names": ["--help", "-h"],
             "max_content_width": 100,
         })(common_options(f))
@@ -288,4 +319,4 @@ def kaldi_command(usage: str) -> Callable[[Callable], click.Command]:
 def check_num_args(args: Sequence[str], allowed: Sequence[int]) -> None:
     if len(args) not in allowed:
         expect = " or ".join(str(a) for a in allowed)
-        raise click.UsageError(f"wrong number of arguments: got {len(args)}, expected {expect}")
+        raise ArgumentCountError(f"wrong number of arguments: got {len(args)}, expected {expect}")

@@ -1,0 +1,158 @@
+"""Exit statuses of the binaries (Kaldi's rule for each, docs/exit-statuses.md),
+what a shell sees when a binary is interrupted or its output pipe closes, and
+how usage errors and --help read.
+
+Each binary runs as a subprocess on tiny self-made inputs (no reference data):
+the statuses are those of the process, as a ``set -e`` recipe sees them.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import click
+import numpy as np
+import pytest
+
+from pynnet3.cli import BINARIES
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# input 3-dim, context 1 frame on the left, 4 outputs; IVEC also has a 2-dim ivector.
+PLAIN_CONFIG = """\
+input-node name=input dim=3
+component name=affine type=AffineComponent input-dim=6 output-dim=4
+component-node name=affine component=affine input=Append(Offset(input, -1), input)
+component name=sm type=LogSoftmaxComponent dim=4
+component-node name=sm component=sm input=affine
+output-node name=output input=sm objective=linear
+"""
+IVEC_CONFIG = """\
+input-node name=ivector dim=2
+input-node name=input dim=3
+component name=affine type=AffineComponent input-dim=8 output-dim=4
+component-node name=affine component=affine input=Append(Offset(input, -1), input, ReplaceIndex(ivector, t, 0))
+component name=sm type=LogSoftmaxComponent dim=4
+component-node name=sm component=sm input=affine
+output-node name=output input=sm objective=linear
+"""
+UTTS = ("utt0", "utt1", "utt2")
+EGS_OPTS = ("--left-context=1", "--right-context=0", "--num-frames=2")
+
+
+def _command(name: str) -> list[str]:
+    module, func = BINARIES[name].split(":")
+    return [sys.executable, "-c", f"import sys; from {module} import {func}; sys.exit({func}())"]
+
+
+def _env(work: Path) -> dict[str, str]:
+    return dict(os.environ, PYNNET3_CACHE_DIR=str(work / "cache"),
+                PYTHONPATH=str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
+def run(work: Path, *args: str, **kw) -> subprocess.CompletedProcess:
+    kw.setdefault("env", _env(work))
+    kw.setdefault("stdout", subprocess.PIPE)
+    return subprocess.run(_command(args[0]) + list(args[1:]), stderr=subprocess.PIPE, cwd=work,
+                          timeout=300, **kw)
+
+
+def lines(p: subprocess.CompletedProcess) -> list[str]:
+    return p.stderr.decode().splitlines()
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two tiny models, features, ivectors, targets, egs and an empty archive."""
+    from pynnet3.io.table import MATRIX_HOLDER, VECTOR_HOLDER, TableWriter
+
+    d = tmp_path_factory.mktemp("exits")
+    (d / "plain.config").write_text(PLAIN_CONFIG)
+    (d / "ivec.config").write_text(IVEC_CONFIG)
+    rng = np.random.default_rng(0)
+    with TableWriter(f"ark:{d}/feats.ark", MATRIX_HOLDER) as w:
+        for utt in UTTS:
+            w.write(utt, rng.standard_normal((6, 3)).astype(np.float32))
+    with TableWriter(f"ark:{d}/targets.ark", MATRIX_HOLDER) as w:
+        for utt in UTTS:
+            w.write(utt, rng.standard_normal((6, 4)).astype(np.float32))
+    for name, keys in (("ivectors.ark", UTTS), ("other_ivectors.ark", ("a", "b", "c"))):
+        with TableWriter(f"ark:{d}/{name}", VECTOR_HOLDER) as w:
+            for key in keys:
+                w.write(key, rng.standard_normal(2).astype(np.float32))
+    (d / "post.txt").write_text("".join(
+        f"{utt} " + " ".join(f"[ {t % 4} 1 ]" for t in range(6)) + "\n" for utt in UTTS))
+    (d / "empty.egs").write_bytes(b"")
+    for model in ("plain", "ivec"):
+        p = run(d, "nnet3-init", f"{model}.config", f"{model}.raw")
+        assert p.returncode == 0, p.stderr.decode()
+    p = run(d, "nnet3-get-egs", "--num-pdfs=4", *EGS_OPTS, "ark:feats.ark", "ark:post.txt",
+            "ark:egs.ark")
+    assert p.returncode == 0, p.stderr.decode()
+    return d
+
+
+# ---------------------------------------------------------------------------
+# Usage errors and --help
+
+
+def test_unknown_option_says_the_cause_first(work: Path) -> None:
+    p = run(work, "nnet3-compute", "--frames-per-chunck=20", "plain.raw", "ark:feats.ark",
+            "ark:x.ark")
+    assert p.returncode == 1
+    err = lines(p)
+    assert err[1].startswith("ERROR (nnet3-compute[")
+    assert "No such option '--frames-per-chunck'" in err[1]
+    assert "Did you mean '--frames-per-chunk'?" in err[1]
+    assert len(err) == 3 and "--help" in err[2]  # a pointer, not the whole usage
+    p = run(work, "nnet3-compute", "--frames-per-chunk=abc", "plain.raw", "ark:feats.ark",
+            "ark:x.ark")
+    err = lines(p)
+    assert p.returncode == 1 and len(err) == 3 and "'abc' is not a valid integer" in err[1]
+
+
+def test_wrong_number_of_arguments_gives_the_cause_then_kaldis_usage(work: Path) -> None:
+    p = run(work, "nnet3-copy-egs", "ark:egs.ark")
+    assert p.returncode == 1
+    err = lines(p)
+    assert err[1].startswith("ERROR (nnet3-copy-egs[") and "wrong number of arguments" in err[1]
+    assert any(e.startswith("Usage:  nnet3-copy-egs [options] <egs-rspecifier>") for e in err)
+    assert "--help" in err[-1] and "--keep-proportion" not in p.stderr.decode()
+
+
+def _help(name: str) -> str:
+    import importlib
+
+    module = importlib.import_module(BINARIES[name].split(":")[0])
+    return module.command.get_help(click.Context(module.command, info_name=name))
+
+
+@pytest.mark.parametrize("name", sorted(BINARIES))
+def test_help_has_one_usage_line_kaldis(name: str) -> None:
+    text = _help(name)
+    usage = [line for line in text.splitlines() if "Usage:" in line]
+    assert len(usage) == 1 and usage[0].startswith(("Usage:  " + name, "Usage: " + name)), usage
+    assert "[OPTIONS] [ARGS]" not in text and "\b" not in text
+    assert "\nOptions:\n" in text
+
+
+def test_help_on_the_command_line(work: Path) -> None:
+    p = run(work, "nnet3-info", "--help")
+    out = p.stdout.decode()
+    assert p.returncode == 0 and out.count("Usage:") == 1
+    assert out.startswith("Print some text information about 'raw' nnet3 neural network")
+
+
+@pytest.mark.parametrize("name", sorted(BINARIES))
+def test_see_also_names_only_existing_binaries(name: str) -> None:
+    for match in re.finditer(r"See also:?\s*(.*)", _help(name)):
+        named = re.findall(r"nnet3-[a-z0-9-]+", match.group(1))
+        assert named, match.group(0)
+        missing = [n for n in named if n not in BINARIES]
+        assert not missing, f"{name}: 'See also' names {missing}, which pynnet3 lacks"
