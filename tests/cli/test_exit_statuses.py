@@ -99,6 +99,70 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 # ---------------------------------------------------------------------------
+# Signals: die as Unix tools (and Kaldi) do, without a traceback.
+
+
+def test_sigint_kills_by_the_signal(work: Path) -> None:
+    # nnet3-compute reading features from a stdin that never ends.
+    proc = subprocess.Popen(_command("nnet3-compute") + ["plain.raw", "ark:-", "ark:out.ark"],
+                            cwd=work, env=_env(work), stdin=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        seen = []
+        # The model is read (LOG lines) before the features: then it waits on stdin.
+        while not any("orphan components" in line for line in seen):
+            line = proc.stderr.readline().decode()
+            assert line, "".join(seen)
+            seen.append(line)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGINT)
+        rest = proc.stderr.read().decode()
+        status = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.stdin.close()
+        proc.stderr.close()
+    assert status == -signal.SIGINT, rest  # WIFSIGNALED: a shell's $? is 130
+    assert "Traceback" not in rest and "ERROR" not in rest and "aborted" not in rest
+
+
+def test_closed_output_pipe_ends_quietly(work: Path) -> None:
+    # The reader of stdout is gone before the binary writes (as after `| head`):
+    # death by SIGPIPE as a Unix tool (and Kaldi), nothing on stderr but the
+    # echoed command line; no "Exception ignored" from Python's final flush.
+    for args in (["nnet3-info", "plain.raw"],
+                 ["nnet3-compute", "plain.raw", "ark:feats.ark", "ark,t:-"],
+                 ["nnet3-copy", "--binary=false", "plain.raw", "-"]):
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        try:
+            p = run(work, *args, stdout=write_end)
+        finally:
+            os.close(write_end)
+        assert p.returncode == -signal.SIGPIPE, (args, p.stderr.decode())
+        err = lines(p)
+        assert err[0].startswith(args[0]), err
+        assert not [e for e in err[1:] if not e.startswith("LOG (")], err
+
+
+def test_head_closing_the_pipe(work: Path) -> None:
+    from pynnet3.io.table import MATRIX_HOLDER, TableWriter
+
+    rng = np.random.default_rng(1)
+    with TableWriter(f"ark:{work}/long.ark", MATRIX_HOLDER) as w:
+        for i in range(8):
+            w.write(f"long{i}", rng.standard_normal((4000, 3)).astype(np.float32))
+    cmd = " ".join(f"'{a}'" for a in _command("nnet3-compute"))
+    p = subprocess.run(["bash", "-c", f"{cmd} plain.raw ark:long.ark ark,t:- 2>err.txt "
+                        "| head -c 10 >/dev/null; echo ${PIPESTATUS[0]}"],
+                       cwd=work, env=_env(work), capture_output=True, timeout=300)
+    assert p.stdout.decode().strip() == "141"  # 128 + SIGPIPE, as `yes | head` gives
+    err = (work / "err.txt").read_text()
+    assert "Traceback" not in err and "Exception ignored" not in err and "ERROR" not in err
+
+
+# ---------------------------------------------------------------------------
 # Usage errors and --help
 
 
