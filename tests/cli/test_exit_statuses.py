@@ -220,3 +220,16 @@ def test_see_also_names_only_existing_binaries(name: str) -> None:
         assert named, match.group(0)
         missing = [n for n in named if n not in BINARIES]
         assert not missing, f"{name}: 'See also' names {missing}, which pynnet3 lacks"
+
+
+# ---------------------------------------------------------------------------
+# Messages
+
+
+def test_empty_config_error_names_the_file(work: Path) -> None:
+    (work / "empty.config").write_text("# nothing but a comment\n\n")
+    p = run(work, "nnet3-init", "empty.config", "empty.raw")
+    assert p.returncode == 1
+    last = lines(p)[-1]
+    assert last.startswith("ERROR (nnet3-init[") and "empty.config: " in last
+    assert not (work / "empty.raw").exists()

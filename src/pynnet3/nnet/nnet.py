@@ -227,7 +227,15 @@ class Nnet:
                 else:
                     raise cfl.error(f"invalid config line type '{kind}' (expected component, "
                                     "component-node, input-node, output-node or dim-range-node)")
-        self.check()
+        try:
+            self.check()
+        except ConfigError as e:
+            if e.source is not None:
+                raise
+            # A problem of the whole network (no nodes, no input or output
+            # node): name the config that left it so.
+            note = "" if new_lines else " (the config has no lines other than comments)"
+            raise ConfigError(f"{e}{note}", source) from None
 
     @staticmethod
     def _remove_redundant_config_lines(existing: list[ConfigLine],
