@@ -233,3 +233,27 @@ def test_empty_config_error_names_the_file(work: Path) -> None:
     last = lines(p)[-1]
     assert last.startswith("ERROR (nnet3-init[") and "empty.config: " in last
     assert not (work / "empty.raw").exists()
+
+
+def test_info_of_a_huge_parameter_prints_kaldis_values_and_no_warning(work: Path) -> None:
+    # Kaldi's statistics are float arithmetic: (3e38)^2 overflows to inf, and
+    # the bias variance inf - inf is NaN; NumPy must not warn about either.
+    text = run(work, "nnet3-copy", "--binary=false", "plain.raw", "-").stdout.decode()
+    text = re.sub(r"(<LinearParams>\s+\[\s+)\S+", r"\g<1>3e38", text)
+    text = re.sub(r"(<BiasParams>\s+\[\s+)\S+", r"\g<1>3e38", text)
+    (work / "huge.raw").write_text(text)
+    p = run(work, "nnet3-info", "huge.raw", env=dict(_env(work), PYTHONWARNINGS="always"))
+    assert p.returncode == 0
+    assert len(lines(p)) == 1, p.stderr.decode()  # only the echoed command line
+    out = p.stdout.decode()
+    assert "linear-params-rms=inf" in out and "-row-norms=[ inf " in out
+    # x86's default NaN has its sign bit set: glibc (so Kaldi) prints it "-nan".
+    assert re.search(r"bias-\{mean,stddev\}=7\.5e\+37,-?nan\b", out), out
+
+
+def test_nan_is_printed_as_glibc_prints_it() -> None:
+    from pynnet3.nnet.components.base import fmt_g, summarize_vector
+
+    assert fmt_g(math.copysign(math.nan, -1.0)) == "-nan"
+    assert fmt_g(math.nan) == "nan" and fmt_g(-math.inf) == "-inf"
+    assert summarize_vector(np.array([math.copysign(math.nan, -1.0), 1.0])) == "[ -nan 1.0 ]"
