@@ -99,6 +99,125 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 # ---------------------------------------------------------------------------
+# Kaldi's exit status of each binary.  Before the fix (597edd9) every one of
+# these non-zero statuses was 0.
+
+
+def test_compute_exits_1_when_no_utterance_succeeds(work: Path) -> None:
+    # Kaldi: return num_success != 0 ? 0 : 1 (a missing iVector fails an utterance).
+    p = run(work, "nnet3-compute", "--ivectors=ark:other_ivectors.ark", "ivec.raw",
+            "ark:feats.ark", "ark:out_none.ark")
+    err = p.stderr.decode()
+    assert p.returncode == 1, err
+    assert err.count("No iVector available for utterance") == 3
+    assert "Done 0 utterances, failed for 3" in err and "ERROR" not in err
+    assert (work / "out_none.ark").read_bytes() == b""  # Kaldi's writer leaves it empty
+    ok = run(work, "nnet3-compute", "--ivectors=ark:ivectors.ark", "ivec.raw", "ark:feats.ark",
+             "ark:out_all.ark")
+    assert ok.returncode == 0 and "Done 3 utterances, failed for 0" in ok.stderr.decode()
+
+
+def test_compute_exits_0_when_some_utterance_succeeds(work: Path) -> None:
+    # One zero-length utterance fails (Kaldi: "Zero-length utterance"), the others succeed.
+    from pynnet3.io.table import MATRIX_HOLDER, TableWriter
+
+    with TableWriter(f"ark:{work}/with_empty.ark", MATRIX_HOLDER) as w:
+        w.write("empty", np.zeros((0, 3), dtype=np.float32))
+        w.write("full", np.ones((4, 3), dtype=np.float32))
+    p = run(work, "nnet3-compute", "plain.raw", "ark:with_empty.ark", "ark:out_some.ark")
+    err = p.stderr.decode()
+    assert p.returncode == 0, err
+    assert "Zero-length utterance: empty" in err and "Done 1 utterances, failed for 1" in err
+
+
+def test_train_on_empty_egs_writes_the_model_and_exits_1(work: Path) -> None:
+    # Kaldi writes the model, then returns (PrintTotalStats() ? 0 : 1).
+    p = run(work, "nnet3-train", "plain.raw", "ark:empty.egs", "trained.raw")
+    err = p.stderr.decode()
+    assert p.returncode == 1, err
+    assert "Wrote model to trained.raw" in err and "ERROR" not in err
+    assert (work / "trained.raw").read_bytes() == (work / "plain.raw").read_bytes()
+    ok = run(work, "nnet3-train", "plain.raw", "ark:egs.ark", "trained_ok.raw")
+    assert ok.returncode == 0, ok.stderr.decode()
+
+
+def test_compute_prob_on_empty_egs_exits_1(work: Path) -> None:
+    p = run(work, "nnet3-compute-prob", "plain.raw", "ark:empty.egs")
+    assert p.returncode == 1 and "ERROR" not in p.stderr.decode()
+    assert run(work, "nnet3-compute-prob", "plain.raw", "ark:egs.ark").returncode == 0
+
+
+@pytest.mark.parametrize("binary,options", [
+    ("nnet3-copy-egs", []), ("nnet3-shuffle-egs", []),
+    ("nnet3-merge-egs", ["--minibatch-size=3"])])
+def test_egs_tools_exit_1_when_nothing_is_written(work: Path, binary: str,
+                                                  options: list[str]) -> None:
+    # Kaldi: num_written == 0 ? 1 : 0 (merge-egs: ExampleMerger::ExitStatus, the same).
+    p = run(work, binary, *options, "ark:empty.egs", f"ark:{binary}.empty.ark")
+    assert p.returncode == 1, p.stderr.decode()
+    assert "ERROR" not in p.stderr.decode()
+    ok = run(work, binary, *options, "ark:egs.ark", f"ark:{binary}.ark")
+    assert ok.returncode == 0, ok.stderr.decode()
+
+
+def test_merge_egs_exits_1_when_every_eg_is_discarded(work: Path) -> None:
+    # 9 egs, minibatches of 256, partial minibatches discarded: none written.
+    p = run(work, "nnet3-merge-egs", "ark:egs.ark", "ark:discarded.ark")
+    assert p.returncode == 1
+    assert "Processed 9 egs of avg. size 3 into 0 minibatches" in p.stderr.decode()
+
+
+def test_copy_egs_status_counts_written_not_read(work: Path) -> None:
+    p = run(work, "nnet3-copy-egs", "--keep-proportion=0", "ark:egs.ark", "ark:none.ark")
+    assert p.returncode == 1
+    assert "Read 9 neural-network training examples, wrote 0" in p.stderr.decode()
+
+
+@pytest.mark.parametrize("binary,targets,options", [
+    ("nnet3-get-egs", "ark:post.txt", ["--num-pdfs=4"]),
+    ("nnet3-get-egs-dense-targets", "ark:targets.ark", ["--num-targets=4"])])
+def test_get_egs_exits_1_when_no_frames_were_chunked(work: Path, binary: str, targets: str,
+                                                     options: list[str]) -> None:
+    # Kaldi: UtteranceSplitter::ExitStatus(), total_frames_in_chunks_ > 0 ? 0 : 1.
+    # Features under keys the targets lack: every utterance is skipped.
+    from pynnet3.io.table import MATRIX_HOLDER, TableWriter
+
+    with TableWriter(f"ark:{work}/other_feats.ark", MATRIX_HOLDER) as w:
+        w.write("stranger", np.ones((6, 3), dtype=np.float32))
+    p = run(work, binary, *options, *EGS_OPTS, "ark:other_feats.ark", targets,
+            f"ark:{binary}.none.ark")
+    err = p.stderr.decode()
+    assert p.returncode == 1, err
+    assert "1 utterances had errors and could not be processed." in err and "ERROR" not in err
+    ok = run(work, binary, *options, *EGS_OPTS, "ark:feats.ark", targets, f"ark:{binary}.ark")
+    assert ok.returncode == 0, ok.stderr.decode()
+
+
+def test_show_progress_statuses(work: Path) -> None:
+    p = run(work, "nnet3-show-progress", "plain.raw", "plain.raw", "ark:empty.egs")
+    assert p.returncode == 1 and lines(p)[-1].endswith("No examples read.")
+    # Kaldi warns and exits 0 when the parameter dimensions differ.
+    p = run(work, "nnet3-show-progress", "plain.raw", "ivec.raw", "ark:egs.ark")
+    assert p.returncode == 0 and "Parameter-dim mismatch, cannot show progress." in \
+        p.stderr.decode()
+
+
+def test_set_e_script_stops_at_the_failing_binary(work: Path) -> None:
+    script = work / "recipe.sh"
+    script.write_text(
+        "set -e\n"
+        '"$PY" "$BIN/nnet3-copy-egs" ark:egs.ark ark:step1.ark\n'
+        '"$PY" "$BIN/nnet3-merge-egs" ark:empty.egs ark:step2.ark\n'
+        "echo reached > step3.txt\n")
+    p = subprocess.run(["sh", str(script)], cwd=work, capture_output=True, timeout=300,
+                       env=dict(_env(work), PY=sys.executable, BIN=str(ROOT / "bin")))
+    assert p.returncode == 1, p.stderr.decode()
+    assert (work / "step1.ark").stat().st_size > 0
+    assert p.stderr.decode().splitlines()[-1].startswith("LOG (nnet3-merge-egs[")
+    assert not (work / "step3.txt").exists()
+
+
+# ---------------------------------------------------------------------------
 # Signals: die as Unix tools (and Kaldi) do, without a traceback.
 
 
