@@ -265,6 +265,21 @@ def test_closed_output_pipe_ends_quietly(work: Path) -> None:
         assert not [e for e in err[1:] if not e.startswith("LOG (")], err
 
 
+def test_closed_stdout_is_a_clear_error(work: Path) -> None:
+    # fd 1 closed before the start (">&-"): writing the model to "-" fails with
+    # one ERROR line (it was an internal error); not writing to it is fine.
+    cmd = " ".join(f"'{a}'" for a in _command("nnet3-copy"))
+    p = subprocess.run(["sh", "-c", f"{cmd} plain.raw - >&-"], cwd=work, env=_env(work),
+                       capture_output=True, timeout=300)
+    assert p.returncode == 1
+    last = p.stderr.decode().splitlines()[-1]
+    assert last.startswith("ERROR (nnet3-copy[") and "standard output" in last
+    assert "internal error" not in last
+    p = subprocess.run(["sh", "-c", f"{cmd} plain.raw copy.raw >&-"], cwd=work, env=_env(work),
+                       capture_output=True, timeout=300)
+    assert p.returncode == 0, p.stderr.decode()
+
+
 def test_head_closing_the_pipe(work: Path) -> None:
     from pynnet3.io.table import MATRIX_HOLDER, TableWriter
 

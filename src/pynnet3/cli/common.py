@@ -296,6 +296,8 @@ def _run(command: click.Command, prog: str, argv: Sequence[str] | None) -> int:
     if argv is None:
         argv = sys.argv[1:]
     log.set_program_name(prog)
+    if sys.stdout is None:
+        sys.stdout = _ClosedStdout()  # type: ignore[assignment]
     sys.stderr.write(" ".join([prog] + [shlex.quote(a) for a in argv]) + "\n")
     try:
         args = normalize_argv(argv, command)
@@ -364,6 +366,25 @@ class KaldiCommand(click.Command):
 
     def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         formatter.write(kaldi_usage_text(self.help or "") + "\n")
+
+
+class _ClosedStdout:
+    """Stands for a stdout that was closed when the binary started (``>&-``;
+    Python's ``sys.stdout`` is then None): writing to it is a clear error, as
+    in Kaldi, instead of an AttributeError; nothing written, nothing said."""
+
+    def write(self, data: Any) -> int:
+        raise PynnetError("cannot write to standard output: it is closed")
+
+    def flush(self) -> None:
+        pass
+
+    @property
+    def buffer(self) -> "_ClosedStdout":
+        return self
+
+    def isatty(self) -> bool:
+        return False
 
 
 def _signal_behind(e: BaseException) -> type | None:
