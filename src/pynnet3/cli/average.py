@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from .common import bool_option, kaldi_command, run
+from .common import ArgumentCountError, bool_option, kaldi_command, run
 
 USAGE = """This program averages the parameters over a number of 'raw' nnet3 neural nets.
 
@@ -26,7 +26,7 @@ e.g.:
 @click.argument("args", nargs=-1)
 def command(binary: bool, weights: str, num_threads: int, args: tuple[str, ...]) -> None:
     if len(args) < 2:
-        raise click.UsageError(f"wrong number of arguments: got {len(args)}, expected at "
+        raise ArgumentCountError(f"wrong number of arguments: got {len(args)}, expected at "
                                "least 2")
     from .. import log
     from ..compile.model_io import write_nnet

@@ -11,7 +11,10 @@ traceback.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import os
 import shlex
+import signal
 import sys
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -221,11 +224,80 @@ def normalize_argv(argv: Sequence[str], command: click.Command) -> list[str]:
     return config_args + out
 
 
+class ArgumentCountError(click.UsageError):
+    """The wrong number of positional arguments (Kaldi prints its usage)."""
+
+
+class _OutputClosed(BaseException):
+    """The reader of an output pipe went away (EPIPE) inside a command.
+
+    Raised in place of BrokenPipeError so that click, which turns an EPIPE
+    into ``sys.exit(1)``, lets it through to :func:`run`.  Not an Exception:
+    nothing between the command and :func:`run` should handle it."""
+
+
+class _Interrupted(BaseException):
+    """SIGINT (KeyboardInterrupt) inside a command; click would make it an
+    ``Abort`` and print a blank line."""
+
+
+def _silence_stdout() -> None:
+    """Point fd 1 at /dev/null so that no later flush of buffered output can
+    fail again (Python's final flush would print "Exception ignored ...")."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno() if sys.stdout is not None else 1)
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def die_by_signal(signum: int) -> int:
+    """End the process by ``signum`` with the signal's default action, as a
+    Unix tool (and Kaldi, which does not catch SIGINT or SIGPIPE) ends: the
+    shell sees WIFSIGNALED, ``$?`` = 128 + signum (130 for SIGINT, 141 for
+    SIGPIPE), and ``set -e`` scripts and job control (Ctrl-C in a loop) behave
+    as with any other program.  Returns 128 + signum only if the signal could
+    not end the process."""
+    try:
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        pass
+    if signum == signal.SIGPIPE:
+        _silence_stdout()
+    signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signum})
+    signal.raise_signal(signum)
+    return 128 + signum
+
+
 def run(command: click.Command, prog: str, argv: Sequence[str] | None = None) -> int:
-    """Run a binary: echo the command line, parse, map errors to exit codes."""
+    """Run a binary: echo the command line, parse, map errors to exit codes.
+
+    Exit statuses (docs/exit-statuses.md): 0 success; 1 an error (one
+    ``ERROR`` line) or Kaldi's "nothing done" status (the command raises
+    ``click.exceptions.Exit(1)``); 2 an internal error (a bug in pynnet3);
+    death by SIGINT or SIGPIPE as Unix tools die (the shell sees 130 / 141).
+    """
+    status = _run(command, prog, argv)
+    # Flush what is left buffered on stdout now, while an EPIPE can still be
+    # handled (at interpreter exit it would print "Exception ignored ...").
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        return die_by_signal(signal.SIGPIPE)
+    except KeyboardInterrupt:
+        return die_by_signal(signal.SIGINT)
+    return status
+
+
+def _run(command: click.Command, prog: str, argv: Sequence[str] | None) -> int:
     if argv is None:
         argv = sys.argv[1:]
     log.set_program_name(prog)
+    if sys.stdout is None:
+        sys.stdout = _ClosedStdout()  # type: ignore[assignment]
     sys.stderr.write(" ".join([prog] + [shlex.quote(a) for a in argv]) + "\n")
     try:
         args = normalize_argv(argv, command)
@@ -234,12 +306,22 @@ def run(command: click.Command, prog: str, argv: Sequence[str] | None = None) ->
         status = command.main(args, prog_name=prog, standalone_mode=False)
     except click.exceptions.Exit as e:
         return int(e.exit_code or 0)
-    except click.exceptions.Abort:
+    except (_Interrupted, KeyboardInterrupt):
+        return die_by_signal(signal.SIGINT)
+    except click.exceptions.Abort as e:
+        if isinstance(e.__cause__, KeyboardInterrupt):  # SIGINT while click parsed
+            return die_by_signal(signal.SIGINT)
         log.error("aborted")
         return 1
+    except (_OutputClosed, BrokenPipeError):
+        return die_by_signal(signal.SIGPIPE)
     except click.UsageError as e:
-        sys.stderr.write(command.get_help(click.Context(command, info_name=prog)) + "\n\n")
+        # The cause first, on one line (with click's "did you mean" for a
+        # misspelt option); the usage text only where the arguments were wrong.
         log.error(e.format_message())
+        if isinstance(e, ArgumentCountError):
+            sys.stderr.write("\n" + kaldi_usage_text(command.help or "") + "\n\n")
+        sys.stderr.write(f"Run '{prog} --help' for the options.\n")
         return 1
     except click.ClickException as e:
         log.error(e.format_message())
@@ -247,10 +329,6 @@ def run(command: click.Command, prog: str, argv: Sequence[str] | None = None) ->
     except PynnetError as e:
         log.error(str(e))
         return 1
-    except BrokenPipeError:
-        return 1
-    except KeyboardInterrupt:
-        return 130
     except Exception as e:  # a bug in pynnet3, not a user error
         if log.verbose_level() >= 1:
             import traceback
@@ -272,14 +350,84 @@ def common_options(f: Callable) -> Callable:
     return f
 
 
+def kaldi_usage_text(usage: str) -> str:
+    """Kaldi's usage text as written in the binary's USAGE (without click's
+    ``\\b`` no-rewrap markers), printed verbatim as Kaldi prints it."""
+    lines = [line for line in usage.strip("\n").splitlines() if line != "\b"]
+    return "\n".join(lines)
+
+
+class KaldiCommand(click.Command):
+    """A click command whose help is Kaldi's usage text verbatim (it has its
+    own ``Usage:`` line, so click's is left out), then the options."""
+
+    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        pass
+
+    def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        formatter.write(kaldi_usage_text(self.help or "") + "\n")
+
+
+class _ClosedStdout:
+    """Stands for a stdout that was closed when the binary started (``>&-``;
+    Python's ``sys.stdout`` is then None): writing to it is a clear error, as
+    in Kaldi, instead of an AttributeError; nothing written, nothing said."""
+
+    def write(self, data: Any) -> int:
+        raise PynnetError("cannot write to standard output: it is closed")
+
+    def flush(self) -> None:
+        pass
+
+    @property
+    def buffer(self) -> "_ClosedStdout":
+        return self
+
+    def isatty(self) -> bool:
+        return False
+
+
+def _signal_behind(e: BaseException) -> type | None:
+    """KeyboardInterrupt or BrokenPipeError if ``e`` is one, or was raised
+    while one was being handled (a cleanup failing after Ctrl-C, e.g. a
+    ``| cmd`` output pipe whose command got the SIGINT too), else None."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, (KeyboardInterrupt, BrokenPipeError)):
+            return type(cur)
+        cur = cur.__context__
+    return None
+
+
+def _pass_signals_through(f: Callable) -> Callable:
+    """Let SIGINT and EPIPE inside the command reach :func:`run` as themselves
+    (click would turn them into Abort and sys.exit(1))."""
+
+    @functools.wraps(f)
+    def callback(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return f(*args, **kwargs)
+        except (Exception, KeyboardInterrupt) as e:
+            behind = _signal_behind(e)
+            if behind is None:
+                raise
+            if issubclass(behind, KeyboardInterrupt):
+                raise _Interrupted() from e
+            raise _OutputClosed() from e
+
+    return callback
+
+
 def kaldi_command(usage: str) -> Callable[[Callable], click.Command]:
     """Decorator making a click command with Kaldi's usage text as help."""
 
     def deco(f: Callable) -> click.Command:
-        cmd = click.command(help=usage, context_settings={
+        cmd = click.command(cls=KaldiCommand, help=usage, context_settings={
             "help_option_names": ["--help", "-h"],
             "max_content_width": 100,
-        })(common_options(f))
+        })(common_options(_pass_signals_through(f)))
         return cmd
 
     return deco
@@ -288,4 +436,4 @@ def kaldi_command(usage: str) -> Callable[[Callable], click.Command]:
 def check_num_args(args: Sequence[str], allowed: Sequence[int]) -> None:
     if len(args) not in allowed:
         expect = " or ".join(str(a) for a in allowed)
-        raise click.UsageError(f"wrong number of arguments: got {len(args)}, expected {expect}")
+        raise ArgumentCountError(f"wrong number of arguments: got {len(args)}, expected {expect}")

@@ -20,7 +20,8 @@ from typing import Iterator
 
 from ..errors import ConfigError, FormatError
 from ..io.kaldi_io import KaldiReader, KaldiWriter
-from .components.base import Component, Prop, new_component_of_type, read_component
+from .components.base import (Component, Prop, c_float_arithmetic, new_component_of_type,
+                              read_component)
 from .config_line import ConfigLine, is_valid_name, parse_config_lines, read_config_lines
 from .descriptor import Descriptor
 from .descriptor_parse import parse_descriptor
@@ -227,7 +228,15 @@ class Nnet:
                 else:
                     raise cfl.error(f"invalid config line type '{kind}' (expected component, "
                                     "component-node, input-node, output-node or dim-range-node)")
-        self.check()
+        try:
+            self.check()
+        except ConfigError as e:
+            if e.source is not None:
+                raise
+            # A problem of the whole network (no nodes, no input or output
+            # node): name the config that left it so.
+            note = "" if new_lines else " (the config has no lines other than comments)"
+            raise ConfigError(f"{e}{note}", source) from None
 
     @staticmethod
     def _remove_redundant_config_lines(existing: list[ConfigLine],
@@ -492,8 +501,10 @@ class Nnet:
         out.append(f"num-parameters: {self.num_parameters()}\n")
         out.append(f"modulus: {self.modulus()}\n")
         out.extend(line + "\n" for line in self.get_config_lines(include_dim=True))
-        for name, comp in zip(self.component_names, self.components):
-            out.append(f"component name={name} type={comp.info()}\n")
+        # The components' statistics follow C++ float arithmetic (inf, NaN).
+        with c_float_arithmetic():
+            for name, comp in zip(self.component_names, self.components):
+                out.append(f"component name={name} type={comp.info()}\n")
         return "".join(out)
 
 

@@ -94,9 +94,28 @@ def read_component(r: KaldiReader) -> "Component":
 # Formatting helpers shared by Info() implementations (Kaldi's nnet-parse.cc)
 
 
+# Kaldi's Info() statistics are float arithmetic in C++, where an overflow is
+# inf and inf - inf is NaN, silently: the helpers below compute the same
+# values under this errstate, so that NumPy prints no RuntimeWarning for them.
+def c_float_arithmetic() -> np.errstate:
+    """A fresh ``np.errstate`` (one instance cannot be entered twice) letting
+    overflow, inf - inf and x / 0 give inf and NaN silently, as in C++."""
+    return np.errstate(over="ignore", invalid="ignore", divide="ignore")
+
+
+def _c_nan(value: float) -> str | None:
+    """glibc's spelling of a NaN ("-nan" when its sign bit is set, as for the
+    x86 default NaN of inf - inf or 0/0), or None for a number.  Python spells
+    every NaN "nan"."""
+    if math.isnan(value):
+        return "-nan" if math.copysign(1.0, value) < 0 else "nan"
+    return None
+
+
 def fmt_g(value: float, precision: int = 6) -> str:
     """C++ ``operator<<`` of a float in default notation with ``precision``."""
-    return "%.*g" % (precision, float(value))
+    value = float(value)
+    return _c_nan(value) or "%.*g" % (precision, value)
 
 
 def fmt_bool(value: bool) -> str:
@@ -105,6 +124,9 @@ def fmt_bool(value: bool) -> str:
 
 
 def _print_float_succinctly(f: float) -> str:
+    nan = _c_nan(f)
+    if nan:
+        return nan
     a = abs(f)
     if 10.0 <= a < 10000.0:
         return "%.0f" % f
@@ -134,6 +156,7 @@ def _fma_acc(acc: np.ndarray, prod: np.ndarray) -> np.ndarray:
     return (acc.astype(np.float64) + prod).astype(np.float32)
 
 
+@c_float_arithmetic()
 def blas_dot(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """OpenBLAS sdot with unit strides over the last axis (float32 result)."""
     x = np.asarray(x, dtype=np.float32)
@@ -163,6 +186,7 @@ def blas_dot(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return (total + kernel.astype(np.float64)).astype(np.float32)
 
 
+@c_float_arithmetic()
 def blas_dot_strided(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """OpenBLAS sdot with a non-unit stride (e.g. matrix columns, or Sum())."""
     x = np.asarray(x, dtype=np.float32)
@@ -194,6 +218,7 @@ def _fmt_stddev(var: np.float32, precision: int) -> str:
     return fmt_g(np.float32(math.sqrt(var)), precision)
 
 
+@c_float_arithmetic()
 def summarize_vector(vec: np.ndarray) -> str:
     """Kaldi's SummarizeVector: the values if fewer than 10, else percentiles."""
     v = np.asarray(vec, dtype=np.float32).reshape(-1)
@@ -228,6 +253,7 @@ def _sum_and_sumsq(x: np.ndarray) -> tuple[np.float32, np.float32]:
     return np.float32(blas_sum(x)), np.float32(blas_dot(x, x))
 
 
+@c_float_arithmetic()
 def print_parameter_stats(name: str, params: np.ndarray, include_mean: bool = False,
                           include_row_norms: bool = False,
                           include_column_norms: bool = False,
