@@ -335,7 +335,10 @@ def _help(name: str) -> str:
 def test_help_has_one_usage_line_kaldis(name: str) -> None:
     text = _help(name)
     usage = [line for line in text.splitlines() if "Usage:" in line]
-    assert len(usage) == 1 and usage[0].startswith(("Usage:  " + name, "Usage: " + name)), usage
+    if name == "vector-sum":  # Kaldi's text lists three "Type N usage:" forms instead
+        assert not usage and text.count(f"\n {name} [options]") == 3
+    else:
+        assert len(usage) == 1 and usage[0].startswith(("Usage:  " + name, "Usage: " + name)), usage
     assert "[OPTIONS] [ARGS]" not in text and "\b" not in text
     assert "\nOptions:\n" in text
 
@@ -350,7 +353,7 @@ def test_help_on_the_command_line(work: Path) -> None:
 @pytest.mark.parametrize("name", sorted(BINARIES))
 def test_see_also_names_only_existing_binaries(name: str) -> None:
     for match in re.finditer(r"See also:?\s*(.*)", _help(name)):
-        named = re.findall(r"nnet3-[a-z0-9-]+", match.group(1))
+        named = re.findall(r"[a-z0-9]+(?:-[a-z0-9]+)+", match.group(1))
         assert named, match.group(0)
         missing = [n for n in named if n not in BINARIES]
         assert not missing, f"{name}: 'See also' names {missing}, which pynnet3 lacks"

@@ -18,6 +18,7 @@ If --apply-exp=true, apply the Exp() function to the output before writing it ou
 \b
 Usage: nnet3-compute [options] <nnet-in> <features-rspecifier> <matrix-wspecifier>
  e.g.: nnet3-compute final.raw scp:feats.scp ark:nnet_prediction.ark
+See also: nnet3-compute-from-egs
 Note: this program does not currently make very efficient use of the GPU."""
 
 

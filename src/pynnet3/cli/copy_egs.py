@@ -20,7 +20,7 @@ e.g.
 nnet3-copy-egs ark:train.egs ark,t:text.egs
 or:
 nnet3-copy-egs ark:train.egs ark:1.egs ark:2.egs
-See also: nnet3-get-egs, nnet3-merge-egs, nnet3-shuffle-egs"""
+See also: nnet3-subset-egs, nnet3-get-egs, nnet3-merge-egs, nnet3-shuffle-egs"""
 
 
 @kaldi_command(USAGE)

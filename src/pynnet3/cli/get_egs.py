@@ -24,6 +24,7 @@ An example [where $feats expands to the actual features]:
 nnet3-get-egs --num-pdfs=2658 --left-context=12 --right-context=9 --num-frames=8 "$feats"\\
 "ark:gunzip -c exp/nnet/ali.1.gz | ali-to-pdf exp/nnet/1.nnet ark:- ark:- | ali-to-post ark:- ark:- |" \\
    ark:-
+See also: nnet3-get-egs-simple
 
 \b
 Chunk placement: Kaldi spreads the gaps between chunks with std::random_device

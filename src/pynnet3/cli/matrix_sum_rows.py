@@ -11,7 +11,7 @@ table of vectors
 \b
 Usage: matrix-sum-rows [options] <matrix-rspecifier> <vector-wspecifier>
 e.g.: matrix-sum-rows ark:- ark:- | vector-sum ark:- sum.vec
-See also: matrix-sum, vector-sum"""
+See also: vector-sum"""
 
 
 @kaldi_command(USAGE)

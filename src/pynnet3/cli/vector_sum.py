@@ -17,8 +17,7 @@ Type two usage (sums a single table input to produce a single output):
  e.g.: vector-sum --binary=false vecs.ark sum.vec
 Type three usage (sums single-file inputs to produce a single output):
  vector-sum [options] <vector-in-rxfilename1> <vector-in-rxfilename2> ... <vector-out-wxfilename>
- e.g.: vector-sum --binary=false 1.vec 2.vec 3.vec sum.vec
-See also: copy-vector, dot-weights"""
+ e.g.: vector-sum --binary=false 1.vec 2.vec 3.vec sum.vec"""
 
 
 @kaldi_command(USAGE)
