@@ -160,6 +160,27 @@ def test_egs_tools_exit_1_when_nothing_is_written(work: Path, binary: str,
     assert ok.returncode == 0, ok.stderr.decode()
 
 
+@pytest.mark.parametrize("binary,args,ok_args", [
+    # Kaldi: return (num_read != 0 ? 0 : 1)
+    ("nnet3-subset-egs", ["--n=2", "ark:empty.egs", "ark:sub.ark"],
+     ["--n=2", "ark:egs.ark", "ark:sub.ark"]),
+    # Kaldi: return (num_done != 0 ? 0 : 1)
+    ("matrix-sum-rows", ["ark:empty.egs", "ark:sums.ark"], ["ark:feats.ark", "ark:sums.ark"]),
+    # one table summed into a file: (num_done > 0 && num_err < num_done) ? 0 : 1
+    ("vector-sum", ["ark:empty.egs", "sum.vec"], ["ark:ivectors.ark", "sum.vec"]),
+    # Kaldi: return (num_done > 0 ? 0 : 1); no key of the input has a target
+    ("nnet3-get-egs-simple", ["input=ark:feats.ark", "output=ark:empty.egs", "ark:simple.ark"],
+     ["input=ark:feats.ark", "output=ark:targets.ark", "ark:simple.ark"]),
+])
+def test_recipe_tools_exit_1_when_nothing_is_done(work: Path, binary: str, args: list[str],
+                                                  ok_args: list[str]) -> None:
+    p = run(work, binary, *args)
+    assert p.returncode == 1, p.stderr.decode()
+    assert "ERROR" not in p.stderr.decode()
+    ok = run(work, binary, *ok_args)
+    assert ok.returncode == 0, ok.stderr.decode()
+
+
 def test_merge_egs_exits_1_when_every_eg_is_discarded(work: Path) -> None:
     # 9 egs, minibatches of 256, partial minibatches discarded: none written.
     p = run(work, "nnet3-merge-egs", "ark:egs.ark", "ark:discarded.ark")
