@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import pynnet3.cache as cache_mod
-from pynnet3.io import kaldi_io
+from pynnet3.io import atomic
 from pynnet3.cache import (CachingCompiler, CachingCompilerOptions, atomic_write,
                            default_cache_dir, nnet_structure_text)
 from pynnet3.compile.computation import (Command, CommandType, MatrixDebugInfo, NnetComputation,
@@ -255,7 +255,7 @@ def test_failed_write_leaves_no_partial_file(tmp_path: Path, where: str,
     nnet = _nnet()
     fake = FakeCompiler(nnet)
     if where == "write":
-        monkeypatch.setattr(kaldi_io, "_write_all", _failing_write)
+        monkeypatch.setattr(atomic, "_write_all", _failing_write)
     else:
         def failing_replace(src: str, dst: str) -> None:
             raise OSError(13, "Permission denied")
