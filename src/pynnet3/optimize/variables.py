@@ -29,6 +29,9 @@ from ..compile.computation import NnetComputation, SubMatrixInfo
 from ..errors import ComputationCheckError
 from .arrays import unique_ints
 from .check_common import validate_submatrices
+from ..numba_cache import ensure_numba_cache
+
+ensure_numba_cache()  # (before the kernels below are decorated with cache=True)
 
 if TYPE_CHECKING:
     from .accesses import CommandAttributes
