@@ -9,7 +9,8 @@ leaves it behind under a recognisable name,
     ``.<name>.pynnet3-tmp.<host>.<pid>.<random>``
 
 and the next write to the same name removes such leftovers: those of a
-process of this host that is no longer running, and any older than
+process of this host (and PID namespace) that is no longer running, and any
+older than
 :data:`STALE_SECONDS` (a writer on another host, whose pid cannot be
 checked here).  A live writer's temporary file is never touched, so two
 processes writing the same name still each replace it whole.
@@ -55,8 +56,14 @@ _SPECIAL_TREES = ("/dev/", "/proc/")
 
 
 def _host_tag() -> str:
-    name = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname() or "host")[:24]
-    return name or "host"
+    """This host's name and, where there is one, the PID namespace's number:
+    a pid is checked only against processes that this process can see
+    (containers on one host may share a name and a file system)."""
+    name = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname() or "host")[:24] or "host"
+    try:
+        return f"{name}-{os.stat('/proc/self/ns/pid').st_ino:x}"
+    except OSError:
+        return name
 
 
 HOST_TAG = _host_tag()
