@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import pynnet3.cache as cache_mod
-from pynnet3.io import kaldi_io
+from pynnet3.io import atomic
 from pynnet3.cache import (CachingCompiler, CachingCompilerOptions, atomic_write,
                            default_cache_dir, nnet_structure_text)
 from pynnet3.compile.computation import (Command, CommandType, MatrixDebugInfo, NnetComputation,
@@ -58,15 +58,18 @@ class FakeCompiler:
         out = request.outputs[0]
         comp = NnetComputation(matrix_debug_info=[MatrixDebugInfo()])
         rows = len(out.indexes)
-        s = comp.new_matrix(rows, 7)
-        comp.matrix_debug_info[1] = MatrixDebugInfo(
-            False, [(self.nnet.get_node_index(out.name), i) for i in out.indexes])
+        # (valid as far as the checks of a disk load go: sizes and indexes in range)
+        node = self.nnet.get_node_index(out.name)
+        s, t = (comp.new_matrix(rows, self.nnet.output_dim(out.name)) for _ in range(2))
+        cindexes = [(node, i) for i in out.indexes]
+        comp.matrix_debug_info[1:] = [MatrixDebugInfo(False, cindexes)] * 2
         comp.add_indexes(np.arange(rows)[::-1])
         comp.commands += [Command(CommandType.ALLOC_MATRIX, arg1=s),
-                          Command(CommandType.SET_CONST, 0.25, arg1=s),
-                          Command(CommandType.COPY_ROWS, 1.0, s, s, 0),
-                          Command(CommandType.PROVIDE_OUTPUT, arg1=s,
-                                  arg2=self.nnet.get_node_index(out.name))]
+                          Command(CommandType.ALLOC_MATRIX, arg1=t),
+                          Command(CommandType.SET_CONST, 0.25, arg1=t),
+                          Command(CommandType.COPY_ROWS, 1.0, s, t, 0),
+                          Command(CommandType.DEALLOC_MATRIX, arg1=t),
+                          Command(CommandType.PROVIDE_OUTPUT, arg1=s, arg2=node)]
         return comp
 
 
@@ -255,14 +258,14 @@ def test_failed_write_leaves_no_partial_file(tmp_path: Path, where: str,
     nnet = _nnet()
     fake = FakeCompiler(nnet)
     if where == "write":
-        monkeypatch.setattr(kaldi_io, "_write_all", _failing_write)
+        monkeypatch.setattr(atomic, "_write_all", _failing_write)
     else:
         def failing_replace(src: str, dst: str) -> None:
             raise OSError(13, "Permission denied")
         monkeypatch.setattr(cache_mod.os, "replace", failing_replace)
     cc = _compiler(nnet, tmp_path, fake)
     comp = cc.compile(_request())
-    assert len(comp.commands) == 4                      # compiling still worked
+    assert len(comp.commands) == 6                      # compiling still worked
     assert "cannot write computation cache entry" in capsys.readouterr().err
     assert _entries(tmp_path) == []                     # no entry, no temporary file
     cc.compile(_request(frames=7))                      # further writes are not attempted

@@ -242,6 +242,28 @@ def test_raw_round_trip_compiled(tdnn_case) -> None:
     assert arrays["c_rows"][2][0] * 16 <= total
 
 
+def test_loaded_computation_remembers_its_tables(tdnn_case,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loaded computation's command and submatrix tables are the arrays it
+    was built from (the checks of a disk hit need not rebuild them), and equal
+    to the tables made from its records."""
+    import pynnet3.compile.computation as computation_mod
+
+    _, _, comp = tdnn_case
+    back = computation_from_bytes(computation_to_bytes(comp), "<test>")
+    expected = (computation_mod.command_table(back.commands),
+                computation_mod.submatrix_table(back.submatrices))
+
+    def must_not_rebuild(items):
+        raise AssertionError("table rebuilt from the records")
+
+    monkeypatch.setattr(computation_mod, "command_table", must_not_rebuild)
+    monkeypatch.setattr(computation_mod, "submatrix_table", must_not_rebuild)
+    for got, want in zip((back.command_table(), back.submatrix_table()), expected):
+        assert got.dtype == np.int64 and not got.flags.writeable
+        np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("config,num_seq", [("lstmp_swbd_6j", 3), ("tdnn_norm_opgru_ami_1a", 2),
                                             ("cnn_e2eali_ocr_bentham_1a", 3)])
 def test_raw_round_trip_reference_configs(tmp_path: Path, config: str, num_seq: int) -> None:

@@ -32,6 +32,20 @@ concurrent writers and crashes never leave a partial entry.  An entry that
 cannot be read or verified (damaged, or written by an older container
 version) is ignored with a warning and recompiled (and rewritten).
 
+Whatever sits at an entry's name is treated as hostile until checked
+(:func:`read_entry_file`): only a regular file is opened (``lstat`` first,
+then ``O_NOFOLLOW | O_NONBLOCK`` and ``fstat``), and only as many bytes as
+its header names, at most :data:`MAX_ENTRY_PAYLOAD`, are read; a FIFO, a
+link (to ``/dev/zero`` or anywhere), a device, a directory or a huge sparse
+file is reported with one warning and replaced by the recompiled entry
+(the rename replaces the name itself, never what a link points at; a
+directory is moved aside and deleted without following links).  A
+computation that passes the checksum is still checked as the executor
+needs it before use, cheaply (every index in range and every dimension
+consistent, as Kaldi's CheckComputationIndexes, and input/output matrices
+of the request's sizes: ``_validate``), so a forged or mistaken entry is
+recompiled rather than run.
+
 Loading is made to take milliseconds: the debug info's cindexes stay
 unexpanded until somebody reads them (the executor never does), and
 component precomputed indexes, which are not serialised, are recomputed from
@@ -49,6 +63,8 @@ import hashlib
 import itertools
 import json
 import os
+import shutil
+import stat
 import struct
 import time
 import zlib
@@ -60,12 +76,12 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from .io.kaldi_io import atomic_write
+from .io.atomic import atomic_write
 from . import __version__, log
 from .compile.computation import CommandType, NnetComputation
 from .compile.computation_io import FORMAT_VERSION, computation_to_bytes, load_computation
 from .compile.request import ComputationRequest
-from .errors import FormatError, PynnetError
+from .errors import ComputationCheckError, FormatError, PynnetError
 from .nnet.index_lists import gc_paused
 from .optimize.options import OptimizeOptions
 from .nnet.properties_cache import component_properties_cached
@@ -285,15 +301,24 @@ def _entry_bytes(key: str, payload: bytes) -> bytes:
     return _ENTRY_MAGIC + header + payload
 
 
-def _entry_payload(data: bytes, key: str, where: str) -> memoryview:
-    """The verified payload of an entry file, else FormatError."""
+# The largest payload an entry may have.  Entries hold one computation
+# (tens of kB to a few MB); the cache neither writes nor reads anything
+# larger, so a damaged or planted file cannot make a run read gigabytes.
+MAX_ENTRY_PAYLOAD = 256 << 20
+# The header (magic, key, sizes, padding) is far shorter than this.
+_MAX_HEADER = 1024
+
+
+def _entry_header(data: bytes, where: str) -> tuple[dict[str, str], int]:
+    """(header fields, offset of the payload) of an entry's first bytes,
+    else FormatError."""
     if not data.startswith(_ENTRY_MAGIC):
         raise FormatError("not a pynnet3 computation-cache entry of this version", where)
     # Header lines up to a blank (padding) line.
     fields: dict[str, str] = {}
     pos = len(_ENTRY_MAGIC)
     while True:
-        end = data.find(b"\n", pos, pos + 1024)
+        end = data.find(b"\n", pos, _MAX_HEADER)
         if end < 0:
             raise FormatError("truncated header", where)
         line = data[pos:end].decode("ascii", "replace")
@@ -302,6 +327,12 @@ def _entry_payload(data: bytes, key: str, where: str) -> memoryview:
             break
         name, _, value = line.partition(" ")
         fields[name] = value
+    return fields, pos
+
+
+def _entry_payload(data: bytes, key: str, where: str) -> memoryview:
+    """The verified payload of an entry file, else FormatError."""
+    fields, pos = _entry_header(data, where)
     payload = memoryview(data)[pos:]   # (no copy of a large entry)
     if fields.get("key") != key:
         raise FormatError("entry was written for a different key", where)
@@ -313,8 +344,92 @@ def _entry_payload(data: bytes, key: str, where: str) -> memoryview:
     return payload
 
 
+_FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symbolic link"),
+               (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _file_kind(mode: int) -> str:
+    return next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
+
+
+def read_entry_file(path: str | os.PathLike) -> bytes | None:
+    """The bytes of the entry file at ``path``; None if there is none.
+
+    Only a regular file of the size its header names (at most
+    :data:`MAX_ENTRY_PAYLOAD` of payload) is read: anything else (a
+    symbolic link, FIFO, device or directory, a file too large or of
+    another size than its header says) raises FormatError saying what it
+    is, without blocking and without reading more than the header's
+    bytes.  The name is looked at with ``lstat`` and opened with
+    ``O_NOFOLLOW | O_NONBLOCK``, and the opened file checked again with
+    ``fstat``, so a file swapped in between cannot get past either.
+    """
+    where = os.fspath(path)
+    try:
+        st = os.lstat(where)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        raise FormatError(f"is {_file_kind(st.st_mode)}, not a regular file", where)
+    limit = _MAX_HEADER + MAX_ENTRY_PAYLOAD
+    if st.st_size > limit:
+        raise FormatError(f"is {st.st_size} bytes, more than an entry may have ({limit})", where)
+    flags = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+             | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        fd = os.open(where, flags)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        if e.errno == getattr(os, "ELOOP", -1):
+            raise FormatError("is a symbolic link, not a regular file", where) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise FormatError(f"is {_file_kind(st.st_mode)}, not a regular file", where)
+        size = st.st_size
+        if size > limit:
+            raise FormatError(f"is {size} bytes, more than an entry may have ({limit})", where)
+        head = os.pread(fd, min(size, _MAX_HEADER), 0)
+        fields, pos = _entry_header(head, where)
+        claimed = fields.get("payload-bytes", "")
+        if not claimed.isdigit() or int(claimed) > MAX_ENTRY_PAYLOAD:
+            raise FormatError(f"bad payload size {claimed[:20]!r} in the header", where)
+        if pos + int(claimed) != size:
+            raise FormatError(f"file has {size} bytes, its header says {pos + int(claimed)}",
+                              where)
+        if len(head) == size:
+            return head
+        parts = [os.pread(fd, size, 0)]
+        got = len(parts[0])
+        while got < size:     # (a regular file is normally read in one call)
+            chunk = os.pread(fd, size - got, got)
+            if not chunk:
+                raise FormatError(f"file has {got} bytes, expected {size}", where)
+            parts.append(chunk)
+            got += len(chunk)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+    finally:
+        os.close(fd)
+
+
+def _set_aside(path: Path) -> None:
+    """Move a directory that sits at an entry's name out of the way (so the
+    entry can be written) and delete it, never following symbolic links."""
+    aside = path.with_name(f".{path.name}.pynnet3-unusable.{os.getpid()}.{os.urandom(4).hex()}")
+    try:
+        os.rename(path, aside)
+    except OSError:
+        return
+    if getattr(shutil.rmtree, "avoids_symlink_attacks", False):
+        shutil.rmtree(aside, ignore_errors=True)
+
+
 _BACKPROPS = (int(CommandType.BACKPROP), int(CommandType.BACKPROP_NO_MODEL_UPDATE))
 _PRECOMPUTED_USERS = (int(CommandType.PROPAGATE),) + _BACKPROPS
+_IO_COMMANDS = (int(CommandType.ACCEPT_INPUT), int(CommandType.PROVIDE_OUTPUT))
 
 
 def rebuild_precomputed_indexes(computation: NnetComputation, nnet: "Nnet", misc_info: Any,
@@ -539,30 +654,61 @@ class CachingCompiler:
 
     # -- disk ----------------------------------------------------------------------
     def _load(self, key: str, request: ComputationRequest) -> NnetComputation | None:
+        """The entry's computation; None if there is no usable entry (an
+        unusable one is reported with one warning and, once the computation
+        is compiled, replaced by :meth:`_store`)."""
         path = self.entry_path(key)
         start = time.perf_counter()
         try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            return None
-        except OSError as e:
-            log.warn(f"cannot read computation cache entry {path} ({e.strerror or e}); "
-                     "recompiling")
-            return None
-        try:
+            data = read_entry_file(path)
+            if data is None:
+                return None
             payload = _entry_payload(data, key, str(path))
             computation, commands = load_computation(payload, str(path))
             self.seconds["io"] += time.perf_counter() - start
             start = time.perf_counter()
+            self._validate(computation, request, commands)
             rebuild_precomputed_indexes(computation, self.nnet, request.misc_info,
                                         self._component_keys, commands)
             self.seconds["indexes"] += time.perf_counter() - start
-        except (PynnetError, ValueError, IndexError, KeyError, TypeError) as e:
+            if log.verbose_level() >= 2:
+                self._check(computation, check_rewrite=False)
+        except (PynnetError, OSError, ValueError, IndexError, KeyError, TypeError,
+                OverflowError) as e:
+            if isinstance(e, OSError):
+                e = f"cannot read it: {e.strerror or e}"
             log.warn(f"ignoring unusable computation cache entry {path} ({e}); recompiling")
+            if path.is_dir() and not path.is_symlink():
+                _set_aside(path)      # (a file or link is simply renamed over)
             return None
-        if log.verbose_level() >= 2:
-            self._check(computation, check_rewrite=False)
         return computation
+
+    def _validate(self, computation: NnetComputation, request: ComputationRequest,
+                  commands: np.ndarray) -> None:
+        """What the executor relies on, for a computation read from disk: every
+        index in range and every dimension consistent (Kaldi's
+        CheckComputationIndexes), and input/output matrices of the request's
+        sizes.  An entry that passes its checksum can still hold a forged or
+        mistaken computation, and the executor's loops do not check bounds.
+        ComputationCheckError if not."""
+        from .optimize.check_indexes import IndexChecker
+
+        IndexChecker(self.nnet, computation).run()
+        io = commands[np.isin(commands[:, 0], _IO_COMMANDS)]
+        if not len(io):
+            return
+        nnet = self.nnet
+        rows = {(True, x.name): len(x.indexes) for x in request.inputs}
+        rows.update({(False, x.name): len(x.indexes) for x in request.outputs})
+        matrices, submatrices = computation.matrices, computation.submatrices
+        for sub, node in io[:, 1:3].tolist():
+            name = nnet.node_names[node]
+            want = rows.get((nnet.is_input_node(node), name))
+            m = matrices[submatrices[sub].matrix_index]
+            if want != m.num_rows or m.num_cols != nnet.node_dim(node):
+                raise ComputationCheckError(
+                    f"input/output matrix for node {name} is {m.num_rows} x {m.num_cols}; the "
+                    f"request needs {want} x {nnet.node_dim(node)}")
 
     def _store(self, key: str, computation: NnetComputation) -> None:
         if not self._disk_writable:
@@ -576,8 +722,14 @@ class CachingCompiler:
         start = time.perf_counter()
         path = self.entry_path(key)
         try:
+            payload = computation_to_bytes(computation)
+            if len(payload) > MAX_ENTRY_PAYLOAD:
+                log.vlog(1, f"not caching computation on disk: {len(payload)} bytes")
+                return
             self.cache_dir.mkdir(parents=True, exist_ok=True)
-            atomic_write(path, _entry_bytes(key, computation_to_bytes(computation)))
+            # (replace=True: whatever is at the name, a link or a FIFO left
+            # by somebody, is replaced, never written through)
+            atomic_write(path, _entry_bytes(key, payload), replace=True)
         except OSError as e:
             log.warn(f"cannot write computation cache entry {path} ({e.strerror or e}); "
                      "continuing without the disk cache")

@@ -81,12 +81,9 @@ def command(args: tuple[str, ...], **kw: Any) -> None:
         nnet_to_update=updated)
     if updated is not None:
         write_nnet(kw["write_model"], updated, kw["binary"])
-    writer = TableWriter(outputs_wspecifier, MATRIX_HOLDER)
-    try:
+    with TableWriter(outputs_wspecifier, MATRIX_HOLDER) as writer:
         for key, matrix in results.items():
             writer.write(key, matrix)
-    finally:
-        writer.close()
     log.log(compiler.timing_summary())
     log.log(f"Wrote {len(results)} matrices ({', '.join(results)})")
 

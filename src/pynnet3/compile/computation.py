@@ -353,6 +353,22 @@ def _memo_table(owner: Any, attr: str, items: list, make: Any) -> np.ndarray:
     return table
 
 
+def remember_tables(computation: "NnetComputation", commands: np.ndarray,
+                    submatrices: np.ndarray) -> None:
+    """Give ``computation`` its command and submatrix tables (as
+    :meth:`NnetComputation.command_table` and ``submatrix_table`` return
+    them), where they are at hand already: a computation read from a file
+    was built from them, and whoever checks it first need not rebuild them
+    from the records."""
+    for attr, items, array in (("_command_table_memo", computation.commands, commands),
+                               ("_submatrix_table_memo", computation.submatrices, submatrices)):
+        table = np.array(array, dtype=np.int64)      # (a copy)
+        if table.shape != (len(items), 8 if attr == "_command_table_memo" else 5):
+            raise ValueError(f"{attr}: table of shape {table.shape} for {len(items)} records")
+        table.flags.writeable = False
+        computation.__dict__[attr] = (list(items), table)
+
+
 def command_table(commands: Sequence[Command]) -> np.ndarray:
     """The commands as an int64 array [num_commands, 8]: type, arg1 .. arg7.
 

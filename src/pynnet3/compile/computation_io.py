@@ -55,7 +55,7 @@ from ..errors import FormatError
 from ..nnet.index_lists import CindexList, IndexList, ListTable, NTiling, slotted_maker
 from .computation import (Command, CommandType, MatrixDebugInfo, MatrixInfo, NnetComputation,
                           PrecomputedIndexesInfo, StrideType, SubMatrixInfo, command_table,
-                          submatrix_table)
+                          remember_tables, submatrix_table)
 from .n_stride import (CINDEX_N_COL, INDEX_N_COL, cindex_array, expand_rows_by_n, find_n_stride,
                        index_array)
 
@@ -441,6 +441,7 @@ def _build(need_model_derivative: bool, a: dict[str, np.ndarray]) -> NnetComputa
     columns = cmd.T.tolist()
     comp.commands = _make_objects(
         Command, [map(command_types.__getitem__, columns[0]), alpha.tolist(), *columns[1:]])
+    remember_tables(comp, cmd, sub)
     comp.indexes = _split(a["ix"].reshape(-1), a["ix_len"].reshape(-1))
     comp.indexes_multi = _split(a["im"].reshape(-1, 2), a["im_len"].reshape(-1))
     comp.indexes_ranges = _split(a["ir"].reshape(-1, 2), a["ir_len"].reshape(-1))

@@ -11,6 +11,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..numba_cache import ensure_numba_cache
+
+ensure_numba_cache()  # (before the kernels below are decorated with cache=True)
+
 # Status codes of _kahn_phases.
 OK, NO_START, STUCK, NOT_ALL_PLACED = 0, 1, 2, 3
 

@@ -191,8 +191,11 @@ def nnet3_compute(config: Nnet3ComputeConfig, nnet_rxfilename: str, feature_rspe
                 result.num_success += 1
                 if progress is not None:
                     progress(utt, features.shape[0])
+    except BaseException:
+        writer.abort()     # an archive file is not left half written at its name
+        raise
     finally:
-        writer.close()
+        writer.close()     # (a no-op after abort)
         for reader in (ivector_reader, online_reader):
             if reader is not None:
                 reader.close()

@@ -19,16 +19,15 @@ offset; models are small enough for that, and it keeps parsing fast.
 """
 from __future__ import annotations
 
-import functools
 import io
 import os
 import struct
-import tempfile
 from typing import BinaryIO
 
 import numpy as np
 
 from ..errors import FormatError
+from .atomic import atomic_write  # noqa: F401  (the writers' atomic write; re-exported)
 
 BINARY_HEADER = b"\0B"
 _WS = b" \t\n\r\v\f"
@@ -470,47 +469,10 @@ def write_wxfilename(wxfilename: str, data: bytes) -> None:
     path = os.path.abspath(wxfilename)
     if not os.path.isdir(os.path.dirname(path) or "."):
         raise FormatError("could not open for writing: no such directory", where=wxfilename)
-    atomic_write(path, data)
-
-
-def _write_all(f: BinaryIO, data: bytes) -> None:
-    """Write ``data`` to ``f`` in chunks (a seam for tests of failed writes)."""
-    view = memoryview(data)
-    chunk = 1 << 20
-    for start in range(0, len(view), chunk):
-        f.write(view[start:start + chunk])
-
-
-@functools.lru_cache(maxsize=1)
-def _new_file_mode() -> int:
-    """0o666 less the process's umask (read once): what open() would create."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
-def atomic_write(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``path`` via a temporary file in its directory and ``os.replace``.
-
-    On any failure the temporary file is removed and the exception re-raised,
-    so ``path`` is either untouched or complete; concurrent writers each
-    replace the file whole.  The file gets the permissions a plain open()
-    would give it (mkstemp's are private).
-    """
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
     try:
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), _new_file_mode())
-            _write_all(f, data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+        atomic_write(wxfilename, data)
+    except OSError as e:   # e.g. a directory of that name, a full disk
+        raise FormatError(f"could not write: {e.strerror or e}", where=wxfilename) from None
 
 
 def kaldi_object_bytes(writer: KaldiWriter) -> bytes:

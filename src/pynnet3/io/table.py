@@ -29,6 +29,7 @@ from typing import Any, BinaryIO, Iterator, Protocol
 import numpy as np
 
 from ..errors import FormatError, UsageError
+from .atomic import open_atomic
 from .kaldi_io import KaldiReader, KaldiWriter
 
 
@@ -154,16 +155,33 @@ def open_wxfilename(wxfilename: str) -> BinaryIO:
             return open_like_kaldi("-", "wb")
         if name.startswith("|"):
             return open_like_kaldi(name, "wb")
-        return open(name, "wb")
+        # A file appears complete when closed, or not at all (see io/atomic.py).
+        return open_atomic(name)
     except OSError as e:
         raise FormatError(f"could not open for writing: {e.strerror or e}", where=wxfilename) from None
 
 
 def close_stream(f: Any, name: str) -> None:
     """Close a stream; a pipe's non-zero exit status is an error (as in Kaldi)."""
-    status = f.close()
+    try:
+        status = f.close()
+    except OSError as e:   # e.g. a file's final rename
+        raise FormatError(f"could not write: {e.strerror or e}", where=name) from None
     if status:
         raise FormatError(f"pipe had nonzero return status {status}", where=name)
+
+
+def abort_stream(f: Any) -> None:
+    """Give up a stream after an error: a file being written atomically is
+    removed (its final name untouched); a pipe or stdout is just closed."""
+    abort = getattr(f, "abort", None)
+    try:
+        if abort is not None:
+            abort()
+        else:
+            f.close()
+    except Exception:  # noqa: BLE001 (already failing; the first error is the one to report)
+        pass
 
 
 # ---------------------------------------------------------------------------
@@ -443,7 +461,11 @@ class TableWriter:
         if self.kind in ("ark", "both"):
             self._archive = open_wxfilename(self.archive_name)
         if self.kind == "both":
-            self._script = open_wxfilename(self.script_name)
+            try:
+                self._script = open_wxfilename(self.script_name)
+            except BaseException:
+                self.abort()
+                raise
         if self.kind == "scp":
             self._script_map = dict(read_script_file(self.script_name))
 
@@ -459,8 +481,10 @@ class TableWriter:
             f = open_wxfilename(self._script_map[key])
             try:
                 f.write(body)
-            finally:
-                close_stream(f, self._script_map[key])
+            except BaseException:
+                abort_stream(f)
+                raise
+            close_stream(f, self._script_map[key])
             return
         assert self._archive is not None
         head = key.encode() + b" "
@@ -474,18 +498,36 @@ class TableWriter:
             self._archive.flush()
 
     def close(self) -> None:
-        for attr, name in (("_archive", self.archive_name), ("_script", self.script_name)):
+        """Finish: an archive (then its script) written to a file appears at
+        its name now, complete (a no-op after close or abort)."""
+        try:
+            for attr, name in (("_archive", self.archive_name), ("_script", self.script_name)):
+                f = getattr(self, attr)
+                if f is not None:
+                    setattr(self, attr, None)
+                    f.flush()
+                    close_stream(f, name)      # stdout's wrapper is never really closed
+        except BaseException:
+            self.abort()
+            raise
+
+    def abort(self) -> None:
+        """Give up after an error: files being written are removed, and their
+        final names left as they were (pipes and stdout are just closed)."""
+        for attr in ("_archive", "_script"):
             f = getattr(self, attr)
             if f is not None:
                 setattr(self, attr, None)
-                f.flush()
-                close_stream(f, name)      # stdout's wrapper is never really closed
+                abort_stream(f)
 
     def __enter__(self) -> "TableWriter":
         return self
 
-    def __exit__(self, *args: Any) -> None:
-        self.close()
+    def __exit__(self, exc_type: Any, *args: Any) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
 
 
 # ---------------------------------------------------------------------------

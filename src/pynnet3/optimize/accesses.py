@@ -26,8 +26,8 @@ from ..compile.computation import (COMMAND_SPECS, ArgAccess, CommandType, IndexT
                                    NnetComputation)
 from ..errors import ComputationCheckError
 from ..nnet.components.base import Prop
-from ..nnet.properties_cache import nnet_component_properties
 from .arrays import rows_with_type, type_mask, unique_ints
+from .check_common import command_error, command_text, properties_array  # noqa: F401 (re-exported)
 from .variables import _R, _RW, _W, AccessType, ComputationVariables
 
 __all__ = ["Access", "CommandAttributes", "MatrixAccesses", "CommandAttributesList",
@@ -81,22 +81,6 @@ class MatrixAccesses:
     accesses: list[Access] = field(default_factory=list)
     is_input: bool = False
     is_output: bool = False
-
-
-def command_text(computation: NnetComputation, nnet: Any, command_index: int) -> str:
-    """The command as the computation printer shows it, or its raw fields when
-    its arguments are too broken to print."""
-    try:
-        return computation.command_string(command_index, nnet.component_names,
-                                          nnet.node_names).rstrip("\n")
-    except (IndexError, KeyError, ValueError, TypeError, AttributeError):
-        return f"c{command_index}: {computation.commands[command_index]!r}"
-
-
-def command_error(computation: NnetComputation, nnet: Any, command_index: int,
-                  message: str) -> ComputationCheckError:
-    return ComputationCheckError(message, command_index,
-                                 command_text(computation, nnet, command_index))
 
 
 # ---------------------------------------------------------------------------
@@ -281,28 +265,6 @@ for _t, _f in _MULTI_FLAG.items():
 
 class _BadArgument(Exception):
     """Raised inside the array version when an argument is out of range."""
-
-
-# The last properties list seen and its array: inside
-# component_properties_cached() nnet_component_properties returns the same
-# list object for the same network, so its array is made once.
-_last_properties: tuple[Any, np.ndarray] = (None, np.zeros(0, dtype=np.int64))
-
-
-def properties_array(nnet: Any) -> np.ndarray:
-    """The property flags of all components of ``nnet`` (int64 array,
-    read-only)."""
-    global _last_properties
-    if nnet is None:
-        return np.zeros(0, dtype=np.int64)
-    props = nnet_component_properties(nnet)
-    last = _last_properties
-    if last[0] is props:
-        return last[1]
-    array = np.array(props, dtype=np.int64)
-    array.flags.writeable = False
-    _last_properties = (props, array)
-    return array
 
 
 def _component_properties(nnet: Any, component_indexes: np.ndarray,

@@ -25,6 +25,9 @@ from .accesses import (CommandAttributes, CommandAttributesList, MatrixAccesses,
                        VariableAccessTable, _AccessArrays, _merge_records,
                        _submatrix_access_records, compute_matrix_accesses)
 from .variables import _RW, _W, AccessType, ComputationVariables, variables_of
+from ..numba_cache import ensure_numba_cache
+
+ensure_numba_cache()  # (before the kernels below are decorated with cache=True)
 
 __all__ = ["Analyzer", "ComputationAnalysis", "AccessSummary", "access_summary_arrays",
            "compute_matrix_to_submatrix", "get_commands_of_type", "get_max_memory_use",

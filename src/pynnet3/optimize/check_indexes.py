@@ -19,9 +19,8 @@ from ..compile.computation import (COMMAND_SPECS, Command, CommandType, Compress
 from ..errors import ComputationCheckError
 from ..nnet.components.base import Prop
 from ..nnet.properties_cache import component_properties, nnet_component_properties
-from .accesses import command_error, properties_array
 from .arrays import type_mask, unique_ints
-from .variables import ComputationVariables, _submatrix_table
+from .check_common import command_error, properties_array, validate_submatrices
 
 T = CommandType
 # Component property bits as plain ints (IntFlag arithmetic is slow in loops).
@@ -86,12 +85,12 @@ class IndexChecker:
         self.computation = comp = computation
         subs = comp.submatrices
         self.num_submatrices = len(subs)
-        table = _submatrix_table(comp)
+        table = comp.submatrix_table()
         sizes = np.array([(m.num_rows, m.num_cols) for m in comp.matrices],
                          dtype=np.int64).reshape(-1, 2)
         if len(table) == 0 or tuple(table[0]) != (0, 0, 0, 0, 0):
             raise ComputationCheckError("submatrix 0 must be the empty submatrix")
-        ComputationVariables._validate_submatrices(*(table[1:, i] for i in range(5)), sizes)
+        validate_submatrices(*(table[1:, i] for i in range(5)), sizes)
         # Arrays for the table checks, lists for the per-command ones (NumPy
         # scalar indexing is slow).
         self.sub_rows_array = table[:, 2]

@@ -28,6 +28,10 @@ from .. import fast_paths
 from ..compile.computation import NnetComputation, SubMatrixInfo
 from ..errors import ComputationCheckError
 from .arrays import unique_ints
+from .check_common import validate_submatrices
+from ..numba_cache import ensure_numba_cache
+
+ensure_numba_cache()  # (before the kernels below are decorated with cache=True)
 
 if TYPE_CHECKING:
     from .accesses import CommandAttributes
@@ -212,19 +216,7 @@ class ComputationVariables:
         self.variables_offsets = offsets
         self._vfs_cache = [None] * len(table)
 
-    @staticmethod
-    def _validate_submatrices(mat: np.ndarray, r0: np.ndarray, nr: np.ndarray, c0: np.ndarray,
-                              nc: np.ndarray, sizes: np.ndarray) -> None:
-        num_matrices = len(sizes)
-        bad = (mat < 1) | (mat >= num_matrices)
-        m = np.where(bad, 0, mat)
-        bad |= (r0 < 0) | (nr <= 0) | (r0 + nr > sizes[m, 0])
-        bad |= (c0 < 0) | (nc <= 0) | (c0 + nc > sizes[m, 1])
-        if bad.any():
-            s = int(np.flatnonzero(bad)[0])
-            raise ComputationCheckError(
-                f"submatrix {s + 1} = (matrix {mat[s]}, rows {r0[s]}+{nr[s]}, cols {c0[s]}+{nc[s]})"
-                " is out of range of its matrix")
+    _validate_submatrices = staticmethod(validate_submatrices)
 
     # -- queries -----------------------------------------------------------
     def variables_for_submatrix(self, submatrix_index: int) -> list[int]:

@@ -20,7 +20,7 @@ may be
 A bundle is ``MAGIC`` followed, per entry, by a line ``<file name> <size>``
 and the entry's bytes.  Names are checked against the cache's own entry
 names (64 hex digits + ``.computation``); the entries' own headers (key,
-length and SHA-256 of the payload) are checked when the compiler loads them,
+length and CRC-32 of the payload) are checked when the compiler loads them,
 so a damaged entry is recompiled, never used.
 """
 from __future__ import annotations
@@ -30,9 +30,11 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Iterator
 
 from .. import log
-from ..cache import ENTRY_SUFFIX, atomic_write
+from ..cache import ENTRY_SUFFIX, atomic_write, read_entry_file
+from ..errors import FormatError
 
 __all__ = ["CacheLocation", "BUNDLE_MAGIC", "read_bundle", "bundle_bytes"]
 
@@ -41,15 +43,29 @@ _ENTRY_NAME = re.compile(r"^[0-9a-f]{64}" + re.escape(ENTRY_SUFFIX) + r"$")
 _KALDI_CACHE_START = b"\0B<NnetOptimizeOptions>"
 
 
+def _entries(directory: Path) -> Iterator[tuple[str, bytes]]:
+    """(name, bytes) of the entries in ``directory`` that are regular files
+    of a plausible size (:func:`~pynnet3.cache.read_entry_file`); anything
+    else at an entry's name (a link, FIFO, directory, a huge file) is
+    skipped with a warning, never opened or read whole."""
+    for p in sorted(directory.iterdir()):
+        if not _ENTRY_NAME.match(p.name):
+            continue
+        try:
+            data = read_entry_file(p)
+        except (FormatError, OSError) as e:
+            log.warn(f"skipping unusable computation cache entry {p} ({e})")
+            continue
+        if data is not None:
+            yield p.name, data
+
+
 def bundle_bytes(directory: Path) -> tuple[bytes, int]:
     """(bundle of every entry in ``directory``, number of entries)."""
     parts = [BUNDLE_MAGIC]
     count = 0
-    for p in sorted(directory.iterdir()):
-        if not _ENTRY_NAME.match(p.name) or not p.is_file():
-            continue
-        data = p.read_bytes()
-        parts.append(f"{p.name} {len(data)}\n".encode())
+    for name, data in _entries(directory):
+        parts.append(f"{name} {len(data)}\n".encode())
         parts.append(data)
         count += 1
     return b"".join(parts), count
@@ -116,11 +132,8 @@ class CacheLocation:
     def _fill_from(self, read_cache: str, read_dir: Path | None) -> None:
         assert self._tmp is not None
         if read_dir is not None:
-            n = 0
-            for p in read_dir.iterdir():
-                if _ENTRY_NAME.match(p.name) and p.is_file():
-                    shutil.copyfile(p, self._tmp / p.name)
-                    n += 1
+            for name, data in _entries(read_dir):
+                (self._tmp / name).write_bytes(data)
             log.log(f"Read computation cache from {read_cache}")
             return
         try:
@@ -147,9 +160,8 @@ class CacheLocation:
                 if self.cache_dir != target and not (target.is_dir() and self.cache_dir.resolve()
                                                      == target.resolve()):
                     if target.is_dir():
-                        for p in self.cache_dir.iterdir():
-                            if _ENTRY_NAME.match(p.name) and p.is_file():
-                                atomic_write(target / p.name, p.read_bytes())
+                        for name, data in _entries(self.cache_dir):
+                            atomic_write(target / name, data, replace=True)
                     else:
                         data, _ = bundle_bytes(self.cache_dir)
                         parent = target.parent if str(target.parent) else Path(".")

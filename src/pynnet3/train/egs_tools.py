@@ -463,9 +463,13 @@ def copy_egs(egs_rspecifier: str, egs_wspecifiers: Sequence[str], opts: CopyEgsO
                                 _rename_outputs(new_name, selected)
                             writers[index].write(key, selected)
                             num_written += 1
+    except BaseException:
+        for w in writers:
+            w.abort()      # archive files are not left half written at their names
+        raise
     finally:
         for w in writers:
-            w.close()
+            w.close()      # (a no-op after abort)
         for r in (weights, names):
             if r is not None:
                 r.close()

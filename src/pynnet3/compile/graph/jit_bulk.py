@@ -33,6 +33,9 @@ from numba import njit
 from ...nnet.index import K_NO_TIME
 from .programs import (INT32_MAX, INT32_MIN, OP_COMP_OFFSET, OP_NODE, OP_OFFSET, OP_ROUND_T,
                        OP_SET_T, OP_SET_X)
+from ...numba_cache import ensure_numba_cache
+
+ensure_numba_cache()  # (before the kernels below are decorated with cache=True)
 
 _I64 = np.int64
 # Status codes of _closure.

@@ -57,6 +57,9 @@ from .jit_bulk import grow, wrap32
 from .programs import (INT32_MAX, INT32_MIN, MAX_TERMS, NK_COMPONENT, NK_DESCRIPTOR,
                        NK_DIM_RANGE, NK_INPUT, OP_COMP_OFFSET, OP_NODE, OP_OFFSET, OP_ROUND_T,
                        OP_SET_T, OP_SET_X, P_AND, P_CONST, P_IFDEF, P_TERM, JitPlan)
+from ...numba_cache import ensure_numba_cache
+
+ensure_numba_cache()  # (before the kernels below are decorated with cache=True)
 
 if TYPE_CHECKING:
     from ...nnet.nnet import Nnet

@@ -38,6 +38,9 @@ from ...errors import PynnetError
 from . import elementwise as ew
 from .reference import CompressedMatrix, ReferenceBackend, compression_plan
 from .tables import IndexTable, host_table, range_bounds, table_plan
+from ...numba_cache import ensure_numba_cache
+
+ensure_numba_cache()  # (before the kernels below are decorated with cache=True)
 
 F32 = np.float32
 

@@ -43,6 +43,9 @@ from . import elementwise as ew
 from .cpu import unary_op_of
 from .reference import CompressedMatrix, compression_plan
 from .tables import IndexTable, host_table, range_bounds, table_plan
+from ...numba_cache import ensure_numba_cache
+
+ensure_numba_cache()  # (before the kernels below are decorated with cache=True)
 
 F32 = np.float32
 

@@ -20,6 +20,10 @@ import math
 
 from numba import float32, float64, njit
 
+from ...numba_cache import ensure_numba_cache
+
+ensure_numba_cache()  # (before the kernels below are decorated with cache=True)
+
 # Unary nonlinearities, selected by a small integer so that one kernel serves
 # all three (the branch is loop-invariant, so the compilers unswitch it).
 SIGMOID = 0

@@ -12,6 +12,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ...numba_cache import ensure_numba_cache
+
+ensure_numba_cache()  # (before the kernels below are decorated with cache=True)
+
 __all__ = ["seq_row_sums_f32", "seq_exp_row_sums_f32"]
 
 
