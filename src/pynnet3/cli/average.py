@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from .common import ArgumentCountError, bool_option, kaldi_command, run
+from .common import bool_option, check_min_args, kaldi_command, run
 
 USAGE = """This program averages the parameters over a number of 'raw' nnet3 neural nets.
 
@@ -25,9 +25,7 @@ e.g.:
               "as Kaldi's threads, so that the result is the same to the bit).")
 @click.argument("args", nargs=-1)
 def command(binary: bool, weights: str, num_threads: int, args: tuple[str, ...]) -> None:
-    if len(args) < 2:
-        raise ArgumentCountError(f"wrong number of arguments: got {len(args)}, expected at "
-                               "least 2")
+    check_min_args(args, 2)
     from .. import log
     from ..compile.model_io import write_nnet
     from ..train.average import average_nnets, get_weights

@@ -6,7 +6,7 @@ from typing import Any
 import click
 
 from ..train.combine import NnetCombineOptions
-from .common import bool_option, kaldi_command, options_from, register_options, run
+from .common import bool_option, check_min_args, kaldi_command, options_from, register_options, run
 from .options import use_gpu_option
 
 USAGE = """Using a subset of training or held-out examples, compute the average
@@ -31,9 +31,7 @@ e.g.:
                 "(Kaldi's default is 'yes', which only has an effect in a CUDA build).")
 @click.argument("args", nargs=-1)
 def command(binary: bool, use_gpu: str | None, args: tuple[str, ...], **kwargs: Any) -> None:
-    if len(args) < 3:
-        raise click.UsageError(f"wrong number of arguments: got {len(args)}, expected at "
-                               "least 3")
+    check_min_args(args, 3)
     from .. import log
     from ..compile.model_io import write_nnet
     from ..compute.backend import get_backend, select_backend

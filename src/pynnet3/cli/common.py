@@ -437,3 +437,10 @@ def check_num_args(args: Sequence[str], allowed: Sequence[int]) -> None:
     if len(args) not in allowed:
         expect = " or ".join(str(a) for a in allowed)
         raise ArgumentCountError(f"wrong number of arguments: got {len(args)}, expected {expect}")
+
+
+def check_min_args(args: Sequence[str], least: int) -> None:
+    """For binaries taking a list (``<nnet-in1> <nnet-in2> ... <nnet-out>``)."""
+    if len(args) < least:
+        raise ArgumentCountError(f"wrong number of arguments: got {len(args)}, expected at "
+                                 f"least {least}")

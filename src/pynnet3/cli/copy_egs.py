@@ -6,7 +6,7 @@ from typing import Any
 import click
 
 from ..train.egs_tools import CopyEgsOptions
-from .common import ArgumentCountError, kaldi_command, options_from, register_options, run
+from .common import check_min_args, kaldi_command, options_from, register_options, run
 
 USAGE = """Copy examples (single frames or fixed-size groups of frames) for neural
 network training, possibly changing the binary mode.  Supports multiple wspecifiers, in
@@ -29,8 +29,7 @@ See also: nnet3-subset-egs, nnet3-get-egs, nnet3-merge-egs, nnet3-shuffle-egs"""
     "right_context", "weights_rspecifier", "outputs_rspecifier"))
 @click.argument("args", nargs=-1)
 def command(args: tuple[str, ...], **kw: Any) -> None:
-    if len(args) < 2:
-        raise ArgumentCountError(f"wrong number of arguments: got {len(args)}, expected 2 or more")
+    check_min_args(args, 2)
     from ..train.egs_tools import copy_egs
 
     status = copy_egs(args[0], args[1:], options_from(CopyEgsOptions, kw))

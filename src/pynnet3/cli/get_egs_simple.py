@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from .common import kaldi_command, run
+from .common import check_min_args, kaldi_command, run
 
 USAGE = """Get frame-by-frame examples of data for nnet3 neural network training.
 This is like nnet3-get-egs, but does not split up its inputs into pieces
@@ -24,8 +24,7 @@ See also: nnet3-get-egs"""
 @kaldi_command(USAGE)
 @click.argument("args", nargs=-1)
 def command(args: tuple[str, ...]) -> None:
-    if len(args) < 2:
-        raise click.UsageError(f"wrong number of arguments: got {len(args)}, expected 2 or more")
+    check_min_args(args, 2)
     from ..train.egs_tools import get_egs_simple
 
     status = get_egs_simple(args[:-1], args[-1])

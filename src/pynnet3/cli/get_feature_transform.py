@@ -6,7 +6,7 @@ from typing import Any
 import click
 
 from ..train.lda import FeatureTransformEstimateOptions
-from .common import bool_option, kaldi_command, options_from, register_options, run
+from .common import bool_option, check_min_args, kaldi_command, options_from, register_options, run
 
 USAGE = """Get feature-projection transform using stats obtained with acc-lda.
 See comments in the code of nnet2/get-feature-transform.h for more
@@ -28,9 +28,7 @@ Usage:  nnet-get-feature-transform [options] <matrix-out> <lda-acc-1> <lda-acc-2
 @click.argument("args", nargs=-1)
 def command(binary: bool, write_cholesky: str, write_within_covar: str, args: tuple[str, ...],
             **kwargs: Any) -> None:
-    if len(args) < 2:
-        raise click.UsageError(f"wrong number of arguments: got {len(args)}, expected at "
-                               "least 2")
+    check_min_args(args, 2)
     from ..train.lda import get_feature_transform
 
     opts = options_from(FeatureTransformEstimateOptions, kwargs)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from .common import bool_option, kaldi_command, run
+from .common import bool_option, check_min_args, kaldi_command, run
 
 USAGE = """Sum stats obtained with acc-lda.
 
@@ -15,9 +15,7 @@ Usage: sum-lda-accs [options] <stats-out> <stats-in1> <stats-in2> ..."""
 @bool_option("--binary", True, "Write accumulators in binary mode.")
 @click.argument("args", nargs=-1)
 def command(binary: bool, args: tuple[str, ...]) -> None:
-    if len(args) < 2:
-        raise click.UsageError(f"wrong number of arguments: got {len(args)}, expected at "
-                               "least 2")
+    check_min_args(args, 2)
     from ..train.lda import sum_lda_accs
 
     sum_lda_accs(args[0], args[1:], binary)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from .common import bool_option, kaldi_command, run
+from .common import ArgumentCountError, bool_option, kaldi_command, run
 
 USAGE = """Add vectors (e.g. weights, transition-accs; speaker vectors)
 If you need to scale the inputs, use vector-scale on the inputs
@@ -31,7 +31,7 @@ def command(binary: bool, average: bool, args: tuple[str, ...]) -> None:
     try:
         status = vector_sum(args, binary=binary, average=average)
     except VectorSumUsageError as e:
-        raise click.UsageError(str(e)) from None
+        raise ArgumentCountError(str(e)) from None
     if status:
         raise click.exceptions.Exit(status)
 
