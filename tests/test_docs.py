@@ -104,3 +104,19 @@ def test_python_api_page_runs(tmp_path):
     # what it wrote is a Kaldi network and an egs archive
     assert (tmp_path / "example.raw").read_bytes().startswith(b"\0B<Nnet3>")
     assert (tmp_path / "example.egs").read_bytes().startswith(b"utt1-0 \0B<Nnet3Eg>")
+
+
+def test_readme_links_every_page_and_links_resolve():
+    """Every page in docs/ is reachable from the README, every relative link
+    of the README and the pages names an existing file, and nothing a user
+    reads points at the developers' reference folder beside the checkout."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for page in sorted(DOCS.glob("*.md")):
+        assert f"(docs/{page.name})" in readme, f"README does not link docs/{page.name}"
+    for path in [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted(DOCS.glob("*.md"))]:
+        text = path.read_text(encoding="utf-8")
+        assert "../shared" not in text and "ARCHITECTURE.md" not in text, path.name
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+            if "://" in target:
+                continue
+            assert (path.parent / target).exists(), f"{path.name}: broken link {target}"
