@@ -86,6 +86,25 @@ def _option_default(param: Any) -> str:
     return f"`{default}`"
 
 
+def _first_sentence(usage: str) -> str:
+    """The first sentence of a usage text's description (before ``Usage:``)."""
+    import re
+
+    from ..cli.common import kaldi_usage_text
+
+    text = kaldi_usage_text(usage).split("Usage:")[0].strip()
+    first_line = text.split("\n")[0].strip()
+    if first_line.endswith(")") and first_line.count("(") == first_line.count(")"):
+        return first_line  # a line that ends a parenthesis ends its statement
+    text = " ".join(text.split())
+    for m in re.finditer(r"[.;:](\s|$)", text):
+        before = text[:m.start()]
+        if (before.count("(") == before.count(")")
+                and not re.search(r"\b(e\.g|i\.e|etc)$", before)):
+            return text[:m.start() + 1].rstrip(";:")
+    return text
+
+
 def render_cli(binaries: dict[str, str] | None = None) -> str:
     """The Markdown CLI reference for ``binaries`` (name -> entry point)."""
     import click
@@ -106,8 +125,7 @@ def render_cli(binaries: dict[str, str] | None = None) -> str:
     out.append("| binary | what it does |\n|---|---|")
     for name in names:
         command = binary_command(binaries[name])
-        first = kaldi_usage_text(command.help or "").splitlines()[0] if command.help else ""
-        out.append(f"| [`{name}`](#{name}) | {_cell(first)} |")
+        out.append(f"| [`{name}`](#{name}) | {_cell(_first_sentence(command.help or ''))} |")
     out.append("")
     for name in names:
         command = binary_command(binaries[name])
