@@ -62,6 +62,10 @@ class TimeHeightConvolutionPrecomputedIndexes:
 
 @register
 class TimeHeightConvolutionComponent(UpdatableComponent):
+    """Kaldi's TimeHeightConvolutionComponent: 2-D convolution over time and height (the
+    feature axis), with filters given by time/height offsets; the input and output are
+    height-major blocks of num-filters-in / num-filters-out."""
+
     type_name = "TimeHeightConvolutionComponent"
 
     def __init__(self) -> None:
@@ -394,6 +398,9 @@ K_ZYX = 1
 
 @register
 class ConvolutionComponent(UpdatableComponent):
+    """Kaldi's (older) ConvolutionComponent: 2-D convolution of one frame's x-y-z input
+    patches (filt-x/y-dim, filt-x/y-step) with num-filters filters."""
+
     type_name = "ConvolutionComponent"
 
     def __init__(self) -> None:
@@ -594,6 +601,9 @@ class ConvolutionComponent(UpdatableComponent):
 
 @register
 class MaxpoolingComponent(Component):
+    """Kaldi's MaxpoolingComponent: the maximum over pools of size pool-x/y/z-size taken at
+    steps pool-x/y/z-step of one frame's x-y-z input."""
+
     type_name = "MaxpoolingComponent"
 
     _FIELDS = (("<InputXDim>", "input_x_dim"), ("<InputYDim>", "input_y_dim"),
