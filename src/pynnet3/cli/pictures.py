@@ -230,8 +230,11 @@ def draw_posteriors(post: Any, path: str, title: str = "", top: int = 40,
     best = np.sort(best)
     fig, ax = plt.subplots(figsize=(max(6.0, min(16.0, prob.shape[0] * 0.06 + 2)), 5.0))
     extent = (0, prob.shape[0] * frame_shift_ms / 1000.0, k - 0.5, -0.5)
-    im = ax.imshow(prob[:, best].T, aspect="auto", interpolation="nearest", cmap="viridis",
-                   extent=extent, vmin=0.0, vmax=1.0)
+    shown = prob[:, best].T
+    # The colour scale ends at the largest value shown: an unsure model (or
+    # synthetic input) still shows which pdfs win when.
+    im = ax.imshow(shown, aspect="auto", interpolation="nearest", cmap="viridis",
+                   extent=extent, vmin=0.0, vmax=max(float(shown.max()), 1e-12))
     ax.set_yticks(range(k))
     ax.set_yticklabels([str(p) for p in best], fontsize=max(4, 9 - k // 10))
     ax.set_xlabel("time (s)")
