@@ -56,6 +56,8 @@ def test_info_graph_png_and_svg(raw: Path, tmp_path: Path) -> None:
     bad = run("nnet3-info", f"--graph={tmp_path / 'net.txt'}", str(raw), cache=tmp_path)
     assert bad.returncode != 0 and b"must end in" in bad.stderr
     assert not (tmp_path / "net.txt").exists()
+    nodir = run("nnet3-info", f"--graph={tmp_path / 'no' / 'net.png'}", str(raw), cache=tmp_path)
+    assert nodir.returncode == 1 and b"no such directory" in nodir.stderr
 
 
 def test_info_graph_of_vosk_model(tmp_path: Path) -> None:

@@ -33,7 +33,7 @@ def _pyplot() -> Any:
 
 
 def _save(fig: Any, path: str, dpi: int = 100) -> None:
-    from ..errors import UsageError
+    from ..errors import FormatError, UsageError
     from ..io.atomic import atomic_write
 
     ext = os.path.splitext(path)[1].lower().lstrip(".") or "png"
@@ -45,7 +45,12 @@ def _save(fig: Any, path: str, dpi: int = 100) -> None:
     meta = {"Software": None} if ext == "png" else ({"Date": None} if ext == "svg" else None)
     fig.savefig(buf, format=ext, dpi=dpi, metadata=meta)
     _pyplot().close(fig)
-    atomic_write(path, buf.getvalue(), replace=True)
+    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        raise FormatError("could not open for writing: no such directory", where=path)
+    try:
+        atomic_write(path, buf.getvalue())
+    except OSError as e:   # a directory of that name, a full disk...
+        raise FormatError(f"could not write: {e.strerror or e}", where=path) from None
 
 
 _NODE_COLORS = {"input": "#d4edda", "output": "#f8d7da", "component": "#dbe9f6",
