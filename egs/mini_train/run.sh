@@ -259,4 +259,10 @@ if [ $stage -le 8 ]; then
        "(log-posteriors minus log-priors) to $dir/test_loglikes.txt"
   stage_done "stage 8"
 fi
+if [ $stage -le 9 ]; then
+  echo "$0: stage 9: a picture of the training progress (objective and accuracy per iteration)"
+  nnet3-plot-progress $dir $dir/progress.png 2> $dir/log/plot_progress.log
+  stage_done "stage 9"
+fi
 echo "$0: done in $SECONDS s; models and logs in $dir/ (log/ has each command's Kaldi-style log)"
+echo "$0: training progress: $dir/progress.png; logs: $dir/log/"
