@@ -15,6 +15,31 @@ from ..errors import ConfigError
 
 _VALID_NAME = re.compile(r"^[A-Za-z_][-A-Za-z0-9_.]*$")
 
+INT32_MIN, INT32_MAX = -(2 ** 31), 2 ** 31 - 1
+# What strtoll accepts (base 10) with only whitespace around it: Kaldi's
+# ConvertStringToInteger.  (Python's int() also takes "1_000" and non-ASCII
+# digits, which Kaldi does not.)
+_INT_TEXT = re.compile(r"^[ \t\n\r\v\f]*[+-]?[0-9]+[ \t\n\r\v\f]*$")
+INT32_RANGE = f"{INT32_MIN} .. {INT32_MAX}"
+
+
+def parse_int32(text: str) -> int | None:
+    """Kaldi's ConvertStringToInteger<int32>: the value, or None when ``text``
+    is not a whole decimal integer or is out of int32's range."""
+    if not _INT_TEXT.match(text):
+        return None
+    value = int(text)
+    if value < INT32_MIN or value > INT32_MAX:
+        return None
+    return value
+
+
+def int32_error_detail(text: str) -> str:
+    """Why :func:`parse_int32` refused ``text``, for an error message."""
+    if _INT_TEXT.match(text):
+        return f"out of range (allowed range {INT32_RANGE})"
+    return "expected an integer"
+
 
 def is_valid_name(name: str) -> bool:
     """Kaldi's IsValidName: letter or _, then letters, digits, ``-``, ``_``, ``.``."""
@@ -111,10 +136,12 @@ class ConfigLine:
         value = self.get_str(key)
         if value is None:
             return default
-        try:
-            return int(value.strip())
-        except ValueError:
-            raise self.error(f"option {key}={value}: expected an integer") from None
+        # Kaldi's GetValue for an int32 fails on anything out of int32's range,
+        # so a huge dimension is refused here, before anything is allocated.
+        parsed = parse_int32(value)
+        if parsed is None:
+            raise self.error(f"option {key}={value}: {int32_error_detail(value)}")
+        return parsed
 
     def require_int(self, key: str) -> int:
         v = self.get_int(key)
@@ -153,10 +180,14 @@ class ConfigLine:
         if value is None:
             return default
         parts = [p for p in re.split(r"[,\s]+", value.strip()) if p]
-        try:
-            return [int(p) for p in parts]
-        except ValueError:
-            raise self.error(f"option {key}={value}: expected a list of integers") from None
+        out = []
+        for p in parts:
+            parsed = parse_int32(p)
+            if parsed is None:
+                raise self.error(f"option {key}={value}: expected a list of integers "
+                                 f"({p}: {int32_error_detail(p)})")
+            out.append(parsed)
+        return out
 
     def get_float_list(self, key: str, default: list[float] | None = None) -> list[float] | None:
         value = self.get_str(key)

@@ -281,7 +281,13 @@ class Nnet:
         comp = new_component_of_type(type_name)
         if comp is None:
             raise cfl.error(f"unknown component type '{type_name}'")
-        comp.init_from_config(cfl)
+        try:
+            comp.init_from_config(cfl)
+        except MemoryError as e:
+            # Dimensions are int32 (checked as they are read) but their product
+            # may still be far beyond memory: a clear error, not a crash.
+            raise cfl.error(f"component {name}: not enough memory to initialize it "
+                            f"({e or 'allocation failed'})") from None
         cfl.check_all_used(f"component {name}")
         index = self.get_component_index(name)
         if index >= 0:
