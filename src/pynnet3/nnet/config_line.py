@@ -208,17 +208,50 @@ class ConfigLine:
             raise self.error(f"{what}: unrecognized option(s) {' '.join(unused)}")
 
 
-def read_config_lines(text: str, source: str) -> list[tuple[int, str]]:
+def config_bytes(text: str | bytes) -> bytes:
+    """A config as the bytes Kaldi sees.  Text that came from a command line
+    or a file decoded with ``surrogateescape`` turns back into its bytes."""
+    if isinstance(text, bytes):
+        return text
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        # Lone surrogates that are not escaped bytes: keep them as the
+        # (invalid UTF-8) bytes they are, so that they are reported below.
+        return text.encode("utf-8", "surrogatepass")
+
+
+def decode_config_line(raw: bytes, source: str, line_number: int, column: int = 1) -> str:
+    """The text of one config line with its comment already removed.
+
+    Kaldi reads configs as bytes, so any byte is fine in a comment; outside
+    one pynnet3 needs UTF-8 (names, numbers and descriptors are ASCII anyway),
+    and names the first offending byte and its 1-based column (``column`` is
+    that of ``raw[0]`` in the file's line).
+    """
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"byte 0x{raw[e.start]:02x} at column {column + e.start} is not "
+                          "valid UTF-8 text (bytes that are not UTF-8 are allowed only in "
+                          "comments)", source, line_number) from None
+
+
+def read_config_lines(text: str | bytes, source: str) -> list[tuple[int, str]]:
     """Kaldi's ReadConfigLines: drop comments (``#`` onwards) and blank lines.
 
     Returns (1-based line number, line) pairs so that later errors can point
-    at the line.
+    at the line.  ``text`` may be the file's bytes: a comment may hold any
+    bytes (Latin-1 accents, say); the rest of a line must be UTF-8.
     """
     out: list[tuple[int, str]] = []
-    for i, raw in enumerate(text.splitlines(), start=1):
-        line = raw.split("#", 1)[0].strip()
-        if line:
-            out.append((i, line))
+    for i, raw in enumerate(config_bytes(text).splitlines(), start=1):
+        content = raw.split(b"#", 1)[0]
+        stripped = content.lstrip()
+        start = len(content) - len(stripped)
+        stripped = stripped.rstrip()
+        if stripped:
+            out.append((i, decode_config_line(stripped, source, i, start + 1)))
     return out
 
 

@@ -186,8 +186,9 @@ class Nnet:
                 if not self.is_component_input_node(n)]
 
     # -- reading configs (nnet3-init) -------------------------------------------
-    def read_config(self, text: str, source: str = "<config>") -> None:
-        """Apply a config file (Kaldi's Nnet::ReadConfig).
+    def read_config(self, text: str | bytes, source: str = "<config>") -> None:
+        """Apply a config file (Kaldi's Nnet::ReadConfig); ``text`` may be the
+        file's bytes (any bytes are allowed in comments).
 
         Existing nodes are turned back into config lines and the new lines are
         appended; a node defined again replaces its earlier definition, a
@@ -453,7 +454,7 @@ class Nnet:
             pos = nl + 1
             if not line:
                 break
-            config_lines.append(line.decode("utf-8", errors="replace"))
+            config_lines.append(line)
         r.pos = pos
         r.expect_token("<NumComponents>")
         num_components = r.read_int32()
@@ -467,7 +468,7 @@ class Nnet:
             nnet.components.append(read_component(r))
         r.expect_token("</Nnet3>")
         try:
-            nnet.read_config("\n".join(config_lines), f"{r.name} (config section)")
+            nnet.read_config(b"\n".join(config_lines), f"{r.name} (config section)")
         except ConfigError as e:
             raise FormatError(str(e), where=r.name) from None
         return nnet
