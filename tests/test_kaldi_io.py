@@ -47,3 +47,53 @@ def test_double_matrix_reads_float_and_double(binary):
         got = read_double_matrix(KaldiReader(w.getvalue(), binary))
         assert got.dtype == np.float64
         np.testing.assert_allclose(got, m.astype(np.float32), rtol=1e-7)
+
+
+# ---------------------------------------------------------------------------
+# rxfilenames / wxfilenames (Kaldi's ClassifyRxfilename / ClassifyWxfilename)
+
+
+@pytest.mark.parametrize("name,kind", [("-", "stdout"), ("", "stdout"), ("x.raw", "file"),
+                                       ("| gzip -c > x.gz", "pipe"), (" out.raw ", "file")])
+def test_classify_wxfilename(name: str, kind: str) -> None:
+    from pynnet3.io.kaldi_io import classify_wxfilename
+
+    assert classify_wxfilename(name) == kind
+
+
+@pytest.mark.parametrize("name", ["x.raw |", "gzip -c > x.gz |", "ark:x.ark", "t,ark:x.ark",
+                                  "x.ark:123", "a|b"])
+def test_wxfilenames_kaldi_cannot_write(name: str) -> None:
+    from pynnet3.errors import UsageError
+    from pynnet3.io.kaldi_io import classify_wxfilename
+
+    with pytest.raises(UsageError, match="invalid wxfilename"):
+        classify_wxfilename(name)
+
+
+def test_classify_rxfilename(tmp_path) -> None:
+    from pynnet3.errors import UsageError
+    from pynnet3.io.kaldi_io import classify_rxfilename
+
+    assert classify_rxfilename("-") == "stdin"
+    assert classify_rxfilename("gunzip -c x.gz |") == "pipe"
+    assert classify_rxfilename(f"{tmp_path}/x.ark:12") == "offset"
+    (tmp_path / "x:12").write_bytes(b"")
+    assert classify_rxfilename(f"{tmp_path}/x:12") == "file"     # an existing file wins
+    for bad in ("| gzip -c", "scp:x.scp", "a|b"):
+        with pytest.raises(UsageError, match="invalid rxfilename"):
+            classify_rxfilename(bad)
+
+
+def test_archive_keys_are_bytes(tmp_path) -> None:
+    """Kaldi's keys are bytes (IsToken allows any byte beyond ASCII): a
+    Latin-1 key is read and written back unchanged."""
+    from pynnet3.io.table import VECTOR_HOLDER, SequentialTableReader, TableWriter
+
+    data = b"caf\xe9 [ 1 2 ]\nna\xefve [ 3 ]\n"
+    (tmp_path / "in.ark").write_bytes(data)
+    with SequentialTableReader(f"ark:{tmp_path}/in.ark", VECTOR_HOLDER) as r, \
+            TableWriter(f"ark,t:{tmp_path}/out.ark", VECTOR_HOLDER) as w:
+        for key, vec in r:
+            w.write(key, vec)
+    assert (tmp_path / "out.ark").read_bytes() == b"caf\xe9  [ 1 2 ]\nna\xefve  [ 3 ]\n"
