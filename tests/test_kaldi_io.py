@@ -97,3 +97,18 @@ def test_archive_keys_are_bytes(tmp_path) -> None:
         for key, vec in r:
             w.write(key, vec)
     assert (tmp_path / "out.ark").read_bytes() == b"caf\xe9  [ 1 2 ]\nna\xefve  [ 3 ]\n"
+
+
+@pytest.mark.parametrize("method,text", [("read_int32", b"2147483648 "),
+                                         ("read_int32", b"-2147483649 "),
+                                         ("read_int_vector", b"[ 1 2147483648 ]"),
+                                         ("read_int_pair_vector", b"[ 1,2 3,-2147483649 ]")])
+def test_text_int32_out_of_range(method: str, text: bytes) -> None:
+    # Kaldi's text ReadBasicType<int32> fails on overflow; a Python int would
+    # pass and overflow later (an internal error in NumPy).
+    r = KaldiReader(text, False, "m.txt")
+    with pytest.raises(FormatError, match="int32"):
+        if method == "read_int_pair_vector":
+            read_int_pair_vector(r)
+        else:
+            getattr(r, method)()

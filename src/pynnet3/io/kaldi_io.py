@@ -32,6 +32,7 @@ import numpy as np
 from ..errors import FormatError, UsageError
 
 BINARY_HEADER = b"\0B"
+_INT32_MIN, _INT32_MAX = -(2 ** 31), 2 ** 31 - 1
 _WS = b" \t\n\r\v\f"
 
 
@@ -146,9 +147,14 @@ class KaldiReader:
             return value
         word = self._read_word()
         try:
-            return int(word)
+            value = int(word)
         except ValueError:
             raise self.error(f"expected an integer, got {word[:40]!r}") from None
+        if not _INT32_MIN <= value <= _INT32_MAX:
+            # Kaldi's ReadBasicType<int32> fails on this (stream overflow).
+            raise self.error(f"integer {word[:40].decode(errors='replace')} is out of "
+                             "int32's range")
+        return value
 
     def read_float(self) -> float:
         """A float or double, returned as a Python float (float32-rounded for float)."""
@@ -318,9 +324,12 @@ class KaldiReader:
             return arr.astype(np.int64).tolist()
         body = self._read_text_bracketed()
         try:
-            return [int(w) for w in body.split()]
+            values = [int(w) for w in body.split()]
         except ValueError:
             raise self.error("bad integer inside integer vector") from None
+        if values and not (_INT32_MIN <= min(values) and max(values) <= _INT32_MAX):
+            raise self.error("integer out of int32's range inside integer vector")
+        return values
 
 
 class KaldiWriter:
@@ -734,10 +743,13 @@ def read_int_pair_vector(r: KaldiReader) -> list[tuple[int, int]]:
     try:
         for word in data[pos + 1:end].split():
             a, b = word.split(b",")
-            out.append((int(a), int(b)))
+            pair = (int(a), int(b))
+            if not (_INT32_MIN <= min(pair) and max(pair) <= _INT32_MAX):
+                raise ValueError("out of int32's range")
+            out.append(pair)
     except ValueError:
         r.pos = pos
-        raise r.error("bad element in pair vector") from None
+        raise r.error("bad element in pair vector (expected int32 pairs like 1,2)") from None
     r.pos = end + 1
     return out
 
