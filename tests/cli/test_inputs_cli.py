@@ -199,7 +199,7 @@ def test_model_through_a_failing_pipe(work: Path, capsys: pytest.CaptureFixture)
     # Complete data, then a failing command: Kaldi's Input::Close warns only.
     assert run_binary("nnet3-info", f"cat {raw}; exit 2 |") == 0
     err = capsys.readouterr().err
-    assert f"WARNING (nnet3-info" in err and "had nonzero return status 512" in err
+    assert "WARNING (nnet3-info" in err and "had nonzero return status 512" in err
     assert not error_lines(err)
     # Incomplete data: the reader's error, after the pipe's warning.
     status = run_binary("nnet3-info", f"head -c 100 {raw}; exit 2 |")

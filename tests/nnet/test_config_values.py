@@ -114,3 +114,68 @@ def test_edits_config_bytes() -> None:
     # The same bytes as they reach us from a command line (surrogateescape).
     with pytest.raises(ConfigError, match=r"--edits:1: byte 0xe9"):
         read_edit_config(b"set-\xe9".decode("utf-8", "surrogateescape"), nnet, "--edits")
+
+
+# ---------------------------------------------------------------------------
+# Found by tests/cli/test_fuzz_inputs.py: each was an internal error or a
+# runaway computation, now one clear error.
+
+
+@pytest.mark.parametrize("line", [
+    b"component name=b type=BackpropTruncationComponent dim=4 clipping-threshold=nan",
+    b"component name=b type=AffineComponent input-dim=4 output-dim=4 param-stddev=nan"])
+def test_nan_where_kaldi_asserts_a_value_is_a_config_error(line: bytes) -> None:
+    text = (b"input-node name=input dim=4\n" + line + b"\n"
+            b"component-node name=b component=b input=input\noutput-node name=output input=b\n")
+    with pytest.raises(ConfigError, match=r"net.config:2: "):
+        Nnet().read_config(text, "net.config")
+
+
+POOLING = (b"input-node name=input dim=27\n"
+           b"component name=extraction type=StatisticsExtractionComponent input-dim=27 "
+           b"input-period=2 output-period=6 include-variance=false\n"
+           b"component name=pooling type=StatisticsPoolingComponent input-dim=28 input-period=6 "
+           b"left-context=18 right-context=18 num-log-count-features=0 output-stddevs=false\n"
+           b"component name=affine type=AffineComponent input-dim=27 output-dim=27\n"
+           b"component-node name=extraction component=extraction input=input\n"
+           b"component-node name=pooling component=pooling input=extraction\n"
+           b"component-node name=affine component=affine input=input\n"
+           b"output-node name=output input=Sum(affine, Round(pooling, 6))\n")
+
+
+def test_descriptor_asking_pooling_for_missing_times() -> None:
+    from pynnet3.compile.graph.context import nnet_info
+
+    nnet = Nnet()
+    nnet.read_config(POOLING, "pool.config")
+    assert nnet_info(nnet).startswith("left-context: ")
+    # Round(pooling, 19) asks for t=19, 38 ...: pooling outputs exist only
+    # at multiples of its input-period 6 (Kaldi asserts).
+    nnet = Nnet()
+    nnet.read_config(POOLING.replace(b"Round(pooling, 6)", b"Round(pooling, 19)"), "pool.config")
+    with pytest.raises(ConfigError, match="not a multiple of its input-period 6"):
+        nnet_info(nnet)
+
+
+@pytest.mark.parametrize("context", [b"left-context=100002", b"right-context=2147483646"])
+def test_statistics_pooling_context_limit(context: bytes) -> None:
+    key = context.split(b"=")[0] + b"=18"
+    from pynnet3.compile.model_io import nnet_bytes, nnet_from_bytes
+    from pynnet3.errors import FormatError
+
+    with pytest.raises(ConfigError, match=r"pool.config:3: .*at most 100000"):
+        Nnet().read_config(POOLING.replace(key, context, 1)
+                           .replace(b"input-period=6", b"input-period=1", 1), "pool.config")
+    # The same in a model file (Kaldi's reader has no limit; the context
+    # computation would exhaust memory).
+    nnet = Nnet()
+    nnet.read_config(POOLING, "pool.config")
+    text = nnet_bytes(nnet, False).replace(b"<LeftContext> 18", b"<LeftContext> 1200000")
+    with pytest.raises(FormatError, match="at most 100000"):
+        nnet_from_bytes(text, "pool.raw")
+
+
+def test_statistics_extraction_period_limit() -> None:
+    text = POOLING.replace(b"output-period=6", b"output-period=16777216")
+    with pytest.raises(ConfigError, match=r"pool.config:2: .*at most 100000"):
+        Nnet().read_config(text, "pool.config")

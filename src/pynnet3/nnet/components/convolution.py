@@ -479,7 +479,7 @@ class ConvolutionComponent(UpdatableComponent):
                                          "(and must not be negative)")
         param_stddev = cfl.get_float("param-stddev", 1.0 / math.sqrt(filter_dim))
         bias_stddev = cfl.get_float("bias-stddev", 1.0)
-        if param_stddev < 0.0 or bias_stddev < 0.0:
+        if not (param_stddev >= 0.0 and bias_stddev >= 0.0):  # NaN too
             raise self.config_error(cfl, "param-stddev and bias-stddev must be >= 0")
         self.filter_params = randn(num_filters, filter_dim) * np.float32(param_stddev)
         self.bias_params = randn(num_filters) * np.float32(bias_stddev)
