@@ -112,3 +112,15 @@ def test_text_int32_out_of_range(method: str, text: bytes) -> None:
             read_int_pair_vector(r)
         else:
             getattr(r, method)()
+
+
+def test_write_float_beyond_float_range_is_inf() -> None:
+    # C++ converts such a double to +-inf; struct.pack raised OverflowError.
+    w = KaldiWriter(True)
+    w.write_float(6e38)
+    w.write_float(-1e300)
+    r = KaldiReader(w.getvalue(), True)
+    assert r.read_float() == float("inf") and r.read_float() == float("-inf")
+    w = KaldiWriter(False)
+    w.write_float(6e38)
+    assert w.getvalue() == b"inf "

@@ -45,7 +45,7 @@ RUN_TIMEOUT_S = 60          # one binary on one (small) input; far above the usu
 class Seed:
     name: str
     data: bytes
-    kind: str                   # "config", "raw" or "mdl"
+    kind: str                   # "config", "edits" (applied to small.raw), "raw" or "mdl"
 
 
 HMM_TEXT = (
@@ -77,6 +77,17 @@ output-node name=output input=softmax objective=linear
 """
 
 
+EDITS_CONFIG = """# edits for small.raw
+set-learning-rate name=affine* learning-rate=0.01
+set-learning-rate-factor name=* learning-rate-factor=0.5
+rename-node old-name=half new-name=half2
+set-dropout-proportion name=* proportion=0.1
+convert-to-fixed-affine name=final
+remove-output-nodes name=nothing*
+remove-orphans
+"""
+
+
 def own_seeds() -> list[Seed]:
     """Seeds that need nothing outside the repository."""
     from pynnet3.compile.am_nnet import AmNnetSimple, mdl_bytes
@@ -86,7 +97,8 @@ def own_seeds() -> list[Seed]:
     from pynnet3.nnet.transition_model import TransitionModel
     from pynnet3.testing.generate import generate_config_sequence, nnet_from_configs
 
-    seeds = [Seed("small.config", SMALL_CONFIG.encode(), "config")]
+    seeds = [Seed("small.config", SMALL_CONFIG.encode(), "config"),
+             Seed("edits.config", EDITS_CONFIG.encode(), "edits")]
     for conf in sorted((ROOT / "egs").glob("*/conf/*.config")):
         seeds.append(Seed(str(conf.relative_to(ROOT)), conf.read_bytes(), "config"))
     # Kaldi's test-generator families (LSTM, CNN, attention, statistics ...).
@@ -107,6 +119,15 @@ def own_seeds() -> list[Seed]:
     seeds.append(Seed("small.mdl", mdl_bytes(tm, am, True), "mdl"))
     seeds.append(Seed("small.txt.mdl", mdl_bytes(tm, am, False), "mdl"))
     return seeds
+
+
+def nnet_bytes_of(config: str) -> bytes:
+    from pynnet3.compile.model_io import nnet_bytes
+    from pynnet3.nnet.nnet import Nnet
+
+    nnet = Nnet()
+    nnet.read_config(config, "config")
+    return nnet_bytes(nnet, True)
 
 
 def reference_seeds(quick: bool = False) -> list[Seed]:
@@ -283,13 +304,19 @@ def check_run(tally: Tally, what: str, name: str, *args: str,
 
 def run_mutation(tally: Tally, seed: Seed, what: str, data: bytes, work: Path,
                  capsys: pytest.CaptureFixture) -> None:
-    suffix = {"config": ".config", "raw": ".raw", "mdl": ".mdl"}[seed.kind]
+    suffix = {"config": ".config", "edits": ".config", "raw": ".raw", "mdl": ".mdl"}[seed.kind]
     path = work / f"in{suffix}"
     path.write_bytes(data)
     label = f"{seed.name} [{what}]"
     tally.mutations += 1
     out = str(work / "out.raw")
-    if seed.kind == "config":
+    if seed.kind == "edits":
+        small = work / "small.raw"
+        if not small.exists():
+            small.write_bytes(nnet_bytes_of(SMALL_CONFIG))
+        status = check_run(tally, label, "nnet3-copy", f"--edits-config={path}", str(small),
+                           out, capsys=capsys)
+    elif seed.kind == "config":
         status = check_run(tally, label, "nnet3-init", str(path), out, capsys=capsys)
         if status == 0:
             # Accepted: the network must be usable by the next binary too.

@@ -3,6 +3,7 @@ comment), and int32 values out of int32's range are refused where they are
 parsed (Kaldi's ConfigLine::GetValue / ConvertStringToInteger)."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from pynnet3.errors import ConfigError
@@ -179,3 +180,22 @@ def test_statistics_extraction_period_limit() -> None:
     text = POOLING.replace(b"output-period=6", b"output-period=16777216")
     with pytest.raises(ConfigError, match=r"pool.config:2: .*at most 100000"):
         Nnet().read_config(text, "pool.config")
+
+
+def test_float_values_are_kaldi_base_floats() -> None:
+    # Kaldi's GetValue for a BaseFloat: float32, out of its range fails
+    # (an edits config with learning-rate-factor=-1e39 crashed at write).
+    cfl = ConfigLine("component name=a learning-rate=1e39 l2=1e38 x=-inf y=0.1 z=1_0",
+                     "x.config", 4)
+    with pytest.raises(ConfigError, match=r"x.config:4: option learning-rate=1e39: out of the "
+                                          r"range of a float"):
+        cfl.get_float("learning-rate")
+    assert cfl.get_float("l2") == pytest.approx(1e38)
+    assert cfl.get_float("x") == float("-inf")
+    assert cfl.get_float("y") == float(np.float32(0.1))
+    with pytest.raises(ConfigError, match="expected a number"):
+        cfl.get_float("z")
+    nnet = Nnet()
+    nnet.read_config(b"input-node name=input dim=3\n" + TAIL, "net.config")
+    with pytest.raises(ConfigError, match=r"e.cfg:1: .*out of the range"):
+        read_edit_config(b"set-learning-rate-factor learning-rate-factor=-1e39\n", nnet, "e.cfg")

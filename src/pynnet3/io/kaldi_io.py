@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import io
+import math
 import os
 import re
 import struct
@@ -358,9 +359,17 @@ class KaldiWriter:
 
     def write_float(self, value: float) -> None:
         if self.binary:
-            self.buf.write(b"\x04" + struct.pack("<f", value))
+            try:
+                packed = struct.pack("<f", value)
+            except OverflowError:
+                # A double beyond float's range becomes +-inf, as C++'s
+                # conversion to float gives (struct refuses it).
+                packed = struct.pack("<f", math.copysign(math.inf, value))
+            self.buf.write(b"\x04" + packed)
         else:
-            self.buf.write((format_float(float(np.float32(value))) + " ").encode())
+            with np.errstate(over="ignore"):       # beyond float's range: inf, as in C++
+                value = float(np.float32(value))
+            self.buf.write((format_float(value) + " ").encode())
 
     def write_double(self, value: float) -> None:
         if self.binary:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
+import numpy as np
+
 from ..errors import ConfigError
 
 _VALID_NAME = re.compile(r"^[A-Za-z_][-A-Za-z0-9_.]*$")
@@ -32,6 +34,33 @@ def parse_int32(text: str) -> int | None:
     if value < INT32_MIN or value > INT32_MAX:
         return None
     return value
+
+
+# What libstdc++'s num_get accepts for a float, when the whole token is used.
+_REAL_RE = re.compile(r"^[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?$")
+# Kaldi's ConvertStringToReal falls back to these spellings (case-insensitive).
+_INF_NAN = {
+    "INF": float("inf"), "+INF": float("inf"), "-INF": float("-inf"),
+    "INFINITY": float("inf"), "+INFINITY": float("inf"),
+    "-INFINITY": float("-inf"), "NAN": float("nan"), "+NAN": float("nan"),
+    "-NAN": float("nan"), "1.#INF": float("inf"), "-1.#INF": float("-inf"),
+    "1.#QNAN": float("nan"), "-1.#QNAN": float("nan"),
+}
+
+
+def string_to_real(text: str) -> float | None:
+    """Kaldi's ConvertStringToReal<float>: the float32 value, or None.
+
+    Out-of-range values (which become +-inf in float32) fail, as in libstdc++.
+    """
+    if _REAL_RE.match(text):
+        value = float(text)
+        with np.errstate(over="ignore"):
+            rounded = np.float32(value)
+        if np.isinf(rounded):
+            return None
+        return float(rounded)
+    return _INF_NAN.get(text.upper())
 
 
 def int32_error_detail(text: str) -> str:
@@ -153,10 +182,13 @@ class ConfigLine:
         value = self.get_str(key)
         if value is None:
             return default
-        try:
-            return float(value.strip())
-        except ValueError:
-            raise self.error(f"option {key}={value}: expected a number") from None
+        # Kaldi's GetValue for a BaseFloat: a float32, out of its range fails.
+        parsed = string_to_real(value.strip())
+        if parsed is None:
+            what = ("out of the range of a float" if _REAL_RE.match(value.strip())
+                    else "expected a number")
+            raise self.error(f"option {key}={value}: {what}")
+        return parsed
 
     def require_float(self, key: str) -> float:
         v = self.get_float(key)
@@ -194,10 +226,11 @@ class ConfigLine:
         if value is None:
             return default
         parts = [p for p in re.split(r"[,\s:]+", value.strip()) if p]
-        try:
-            return [float(p) for p in parts]
-        except ValueError:
-            raise self.error(f"option {key}={value}: expected a list of numbers") from None
+        out = [string_to_real(p) for p in parts]
+        if None in out:
+            raise self.error(f"option {key}={value}: expected a list of numbers (each in the "
+                             "range of a float)")
+        return [v for v in out if v is not None]
 
     def unused_values(self) -> list[str]:
         return [f"{k}={v[0]}" for k, v in self._data.items() if not v[1]]
