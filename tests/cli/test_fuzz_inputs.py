@@ -88,36 +88,47 @@ remove-orphans
 """
 
 
-def own_seeds() -> list[Seed]:
-    """Seeds that need nothing outside the repository."""
+def small_seeds() -> list[Seed]:
+    """The small network's config, an edits config for it, and its model as
+    text and binary ``.raw`` and ``.mdl``."""
     from pynnet3.compile.am_nnet import AmNnetSimple, mdl_bytes
     from pynnet3.compile.model_io import nnet_bytes
     from pynnet3.io.kaldi_io import KaldiReader
     from pynnet3.nnet.nnet import Nnet
     from pynnet3.nnet.transition_model import TransitionModel
-    from pynnet3.testing.generate import generate_config_sequence, nnet_from_configs
 
-    seeds = [Seed("small.config", SMALL_CONFIG.encode(), "config"),
-             Seed("edits.config", EDITS_CONFIG.encode(), "edits")]
-    for conf in sorted((ROOT / "egs").glob("*/conf/*.config")):
-        seeds.append(Seed(str(conf.relative_to(ROOT)), conf.read_bytes(), "config"))
-    # Kaldi's test-generator families (LSTM, CNN, attention, statistics ...).
-    for k in range(6):
-        configs = generate_config_sequence(rng=100 + k)
-        seeds.append(Seed(f"generated{k}.config", configs[0].encode(), "config"))
-        nnet = nnet_from_configs(configs)
-        seeds.append(Seed(f"generated{k}.raw", nnet_bytes(nnet, True), "raw"))
-        seeds.append(Seed(f"generated{k}.txt.raw", nnet_bytes(nnet, False), "raw"))
     nnet = Nnet()
     nnet.read_config(SMALL_CONFIG, "small.config")
-    seeds.append(Seed("small.raw", nnet_bytes(nnet, True), "raw"))
-    seeds.append(Seed("small.txt.raw", nnet_bytes(nnet, False), "raw"))
     tm = TransitionModel()
     tm.read(KaldiReader(HMM_TEXT.encode(), False))
     am = AmNnetSimple(nnet)
     am.set_priors(np.array([0.1, 0.2, 0.3, 0.4], dtype=np.float32))
-    seeds.append(Seed("small.mdl", mdl_bytes(tm, am, True), "mdl"))
-    seeds.append(Seed("small.txt.mdl", mdl_bytes(tm, am, False), "mdl"))
+    return [Seed("small.config", SMALL_CONFIG.encode(), "config"),
+            Seed("edits.config", EDITS_CONFIG.encode(), "edits"),
+            Seed("small.raw", nnet_bytes(nnet, True), "raw"),
+            Seed("small.txt.raw", nnet_bytes(nnet, False), "raw"),
+            Seed("small.mdl", mdl_bytes(tm, am, True), "mdl"),
+            Seed("small.txt.mdl", mdl_bytes(tm, am, False), "mdl")]
+
+
+def own_seeds() -> list[Seed]:
+    """Seeds that need nothing outside the repository."""
+    from pynnet3.compile.model_io import nnet_bytes
+    from pynnet3.testing.generate import (NETWORK_TYPE_NAMES, generate_config_sequence,
+                                          nnet_from_configs)
+
+    seeds = small_seeds()
+    for conf in sorted((ROOT / "egs").glob("*/conf/*.config")):
+        seeds.append(Seed(str(conf.relative_to(ROOT)), conf.read_bytes(), "config"))
+    # Each family of Kaldi's test generator (LSTM, CNN, attention, statistics
+    # ...): its first config, and its model in binary (text for every other).
+    for k, family in enumerate(NETWORK_TYPE_NAMES):
+        configs = generate_config_sequence(rng=100 + k, network_type=family)
+        seeds.append(Seed(f"{family}.config", configs[0].encode(), "config"))
+        nnet = nnet_from_configs(configs)
+        seeds.append(Seed(f"{family}.raw", nnet_bytes(nnet, True), "raw"))
+        if k % 2:
+            seeds.append(Seed(f"{family}.txt.raw", nnet_bytes(nnet, False), "raw"))
     return seeds
 
 
@@ -385,7 +396,7 @@ def test_fuzz_many(quiet_cache: Path, capsys: pytest.CaptureFixture) -> None:
 def test_fuzz_subprocesses(tmp_path: Path) -> None:
     """A few mutated inputs through real processes: the whole stderr holds no
     traceback, and a refused input ends with exit 1 and one ERROR line."""
-    seeds = {s.name: s for s in own_seeds()}
+    seeds = {s.name: s for s in small_seeds()}
     rng = np.random.default_rng(5)
     cases: list[tuple[str, Seed, Callable[[bytes], bytes]]] = [
         ("nnet3-init", seeds["small.config"], lambda d: d.replace(b"dim=8", b"dim=8x", 1)),
