@@ -124,3 +124,14 @@ def test_write_float_beyond_float_range_is_inf() -> None:
     w = KaldiWriter(False)
     w.write_float(6e38)
     assert w.getvalue() == b"inf "
+
+
+def test_token_archive_values_are_bytes(tmp_path) -> None:
+    """utt2spk: a Latin-1 speaker id is a key of the speaker archive."""
+    from pynnet3.io.table import TOKEN_HOLDER, VECTOR_HOLDER, RandomAccessTableReader
+
+    (tmp_path / "utt2spk").write_bytes(b"u1 jos\xe9\n")
+    (tmp_path / "spk.ark").write_bytes(b"jos\xe9 [ 1 2 ]\n")
+    with RandomAccessTableReader(f"ark:{tmp_path}/utt2spk", TOKEN_HOLDER) as utt2spk, \
+            RandomAccessTableReader(f"ark:{tmp_path}/spk.ark", VECTOR_HOLDER) as spk:
+        assert spk.value(utt2spk.value("u1")).tolist() == [1.0, 2.0]

@@ -646,13 +646,17 @@ class TokenHolder:
 
     @staticmethod
     def read(r: KaldiReader) -> str:
-        return r.read_token()
+        # Bytes, like keys (a speaker id is looked up as a key).
+        word = r._read_word()
+        if r.pos < len(r.data):
+            r.pos += 1
+        return word.decode("utf-8", "surrogateescape")
 
     @staticmethod
     def write(w: KaldiWriter, obj: str) -> None:
         if not is_token(obj):
             raise FormatError(f"invalid token '{obj}'")
-        w.write_raw(obj + "\n")
+        w.write_raw((obj + "\n").encode("utf-8", "surrogateescape"))
 
 
 VECTOR_HOLDER = VectorHolder()
