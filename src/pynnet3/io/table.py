@@ -278,7 +278,7 @@ def read_object_from(rxfilename: str, holder: Holder) -> Any:
     return obj
 
 
-_SCRIPT_SPACE = re.compile(r"[ \t\r]+")
+_SCRIPT_SPACE = re.compile(r"[ \t\n\r\f\v]+")   # Kaldi's SplitStringOnFirstSpace
 
 
 def read_script_file(rxfilename: str, permissive: bool = False) -> list[tuple[str, str]]:
@@ -303,7 +303,7 @@ def read_script_file(rxfilename: str, permissive: bool = False) -> list[tuple[st
     if lines[-1] == "":
         lines.pop()     # the newline ending the last line
     for num, line in enumerate(lines, start=1):
-        fields = _SCRIPT_SPACE.split(line.strip(" \t\r"), 1)
+        fields = _SCRIPT_SPACE.split(line.strip(" \t\n\r\f\v"), 1)
         if len(fields) == 2 and fields[0] and fields[1]:
             out.append((fields[0], fields[1]))
         else:
