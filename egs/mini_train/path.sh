@@ -1,7 +1,11 @@
-# Puts pynnet3's binaries on PATH, like Kaldi's path.sh.  When pynnet3 is
-# pip-installed they are already there; from a checkout, bin/ has launchers.
+# pynnet3's binaries, like Kaldi's path.sh.  The installed package's are
+# used when there are any (pip puts them on PATH), so a recipe tests what was
+# installed; only without an install does the checkout's bin/ (launchers
+# running ../../src) come first.
 export PYNNET3_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-export PATH=$PYNNET3_ROOT/bin:$PATH
+if ! command -v nnet3-init >/dev/null 2>&1; then
+  export PATH=$PYNNET3_ROOT/bin:$PATH
+fi
 export LC_ALL=C
 # The recipe runs num_jobs training jobs side by side on the machine's cores;
 # one BLAS thread per process avoids OpenBLAS threads spinning against each

@@ -39,6 +39,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 . ./path.sh
+echo "$0: using the binaries in $(dirname "$(command -v nnet3-train)")"
 
 data=data
 lang=data/lang
