@@ -13,7 +13,17 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_REFERENCE = ROOT.parent / "shared" / "reference"
+# The full set of real Kaldi's outputs (developers have it beside the checkout;
+# PYNNET3_REFERENCE_DIR points elsewhere, e.g. at a missing folder to test as a
+# user would).  Without it the tests read the curated subset that the
+# repository carries in tests/data/reference (same layout, fewer cases; see
+# tests/data/README.md), so a clone still checks parity with Kaldi.
+FULL_REFERENCE = Path(os.environ.get("PYNNET3_REFERENCE_DIR", ROOT.parent / "shared" / "reference"))
+CURATED_REFERENCE = ROOT / "tests" / "data" / "reference"
+HAVE_FULL_REFERENCE = FULL_REFERENCE.is_dir()
+REFERENCE = FULL_REFERENCE if HAVE_FULL_REFERENCE else CURATED_REFERENCE
+# Older name, kept for the modules that glob cases at collection time.
+SHARED_REFERENCE = REFERENCE
 CACHE_DIR = Path(os.environ.get("PYNNET3_TEST_CACHE", Path.home() / ".cache" / "pynnet3"))
 
 
@@ -27,10 +37,31 @@ def nnet_from_config(text: str):
     return nnet
 
 
-def reference_dir() -> Path:
-    if not SHARED_REFERENCE.is_dir():
-        pytest.skip(f"real-Kaldi reference outputs not found at {SHARED_REFERENCE}")
-    return SHARED_REFERENCE
+def reference_dir(*needed: str) -> Path:
+    """The root of real Kaldi's reference outputs: the full set when present,
+    else the curated subset in tests/data/reference.  ``needed`` are paths
+    relative to it that the caller reads; the test skips (with the reason)
+    when one of them is not there, i.e. the case was not curated."""
+    if not REFERENCE.is_dir():
+        pytest.skip(f"real-Kaldi reference outputs not found at {FULL_REFERENCE} "
+                    f"nor {CURATED_REFERENCE}")
+    missing = [n for n in needed if not (REFERENCE / n).exists()]
+    if missing:
+        where = "reference" if HAVE_FULL_REFERENCE else (
+            f"curated subset (the full set is not at {FULL_REFERENCE})")
+        pytest.skip(f"{', '.join(missing)} not in the {where}")
+    return REFERENCE
+
+
+def reference_cases(kind: str, *, need: str = "", pattern: str = "*") -> list[str]:
+    """Names of the case folders under ``<reference>/<kind>`` (those holding
+    ``need`` when given), for parametrising at collection time: all of them
+    with the full reference, the curated ones without."""
+    root = REFERENCE / kind
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.glob(pattern)
+                  if p.is_dir() and (not need or (p / need).exists()))
 
 
 def vosk_model_path() -> Path:

@@ -22,7 +22,7 @@ import pytest
 from pynnet3.cli import BINARIES
 from pynnet3.cli.common import run as run_cli
 from pynnet3.cli.compute_request import command
-from tests.helpers import reference_dir
+from tests.helpers import REFERENCE, reference_dir
 
 kaldiio = pytest.importorskip("kaldiio")
 
@@ -34,7 +34,7 @@ FAST_SEEDS = ["002", "019", "029", "038"]
 
 
 def seeds() -> list[str]:
-    root = ROOT.parent / "shared" / "reference" / "random"
+    root = REFERENCE / "random"
     return sorted(p.name for p in root.iterdir() if p.name.isdigit()) if root.is_dir() else []
 
 
