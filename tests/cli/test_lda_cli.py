@@ -21,7 +21,7 @@ CASES = ["affine_xent", "ngaffine_bn"]
 
 
 def _case(name: str) -> Path:
-    return reference_dir() / "recipe" / name
+    return reference_dir(f"recipe/{name}") / "recipe" / name
 
 
 def _run(capsys: pytest.CaptureFixture, cwd: Path, line: str) -> tuple[int, str]:

@@ -20,7 +20,7 @@ from pynnet3.nnet.descriptor_parse import (GeneralDescriptor, normalize_descript
                                            parse_descriptor, parse_general_descriptor,
                                            tokenize_descriptor)
 from pynnet3.nnet.index import K_NO_TIME, Index
-from tests.helpers import REFERENCE
+from tests.helpers import REFERENCE, enough
 
 REF = str(REFERENCE)
 NAMES = ["a", "b", "c", "d"]
@@ -571,7 +571,7 @@ def test_reference_configs_match_kaldi_info():
                     matched += 1
                 else:
                     mismatches.append((info, name, text, out, kaldi[name]))
-    assert total > 1000
+    assert total > enough(1000, 250)
     assert not mismatches, f"{matched}/{total} match; first: {mismatches[:3]}"
 
 
@@ -587,4 +587,4 @@ def test_reference_printed_descriptors_are_fixed_points():
         for text in descs.values():
             assert parse_descriptor(text, names).text(names) == text, (path, text)
             total += 1
-    assert total > 500
+    assert total > enough(500, 120)
