@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.helpers import reference_dir
+from tests.helpers import curated, reference_dir
 from pynnet3.cli import BINARIES
 from pynnet3.cli.common import run as run_cli
 from pynnet3.io.kaldi_io import open_kaldi_object
 
-CASES = ["affine_xent", "ngaffine_bn"]
+CASES = curated("recipe", ["affine_xent", "ngaffine_bn"])
 
 
 def _case(name: str) -> Path:
