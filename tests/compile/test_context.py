@@ -12,9 +12,9 @@ from pynnet3.compile.graph.context import compute_simple_nnet_context, is_simple
 from pynnet3.errors import ConfigError, PynnetError
 from pynnet3.nnet.nnet import Nnet
 from tests.helpers_graph import TDNN
-from tests.helpers import nnet_from_config
+from tests.helpers import REFERENCE, nnet_from_config
 
-REF = Path("/work/shared/reference")
+REF = REFERENCE
 
 
 # A recurrent layer: r depends on its own past through IfDefined(Offset(r, -1)).

@@ -23,7 +23,7 @@ from pynnet3.nnet.index import Index
 from pynnet3.nnet.nnet import Nnet
 from tests.helpers_graph import (MIXED, TDNN, frames_of, graph_builder, reference_random_cases,
                                  tdnnf_config)
-from tests.helpers import nnet_from_config, reference_dir
+from tests.helpers import enough, nnet_from_config, reference_dir
 
 
 def _state(nnet: Nnet, request: ComputationRequest, fast: bool):
@@ -252,9 +252,9 @@ def test_same_graph_on_kaldi_random_requests():
         vectorised += _assert_same(nnet, request, name)
         compared += 1
     print(f"\n{compared} reference requests, {vectorised} built by the vectorised path")
-    assert compared >= 50
+    assert compared >= enough(50, 15)
     # Kaldi's random networks are a third recurrent; most others are clean.
-    assert vectorised >= 30
+    assert vectorised >= enough(30, 8)
 
 
 @pytest.mark.parametrize("name", [

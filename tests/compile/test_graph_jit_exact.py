@@ -23,7 +23,7 @@ from pynnet3.nnet.index import K_NO_TIME, Index
 from pynnet3.nnet.nnet import Nnet
 from tests.helpers_graph import (MIXED, TDNN, frames_of, graph_builder, reference_random_cases,
                                  tdnnf_config)
-from tests.helpers import nnet_from_config, reference_dir
+from tests.helpers import enough, nnet_from_config, reference_dir
 
 
 def _results(nnet: Nnet, request: ComputationRequest, fast: bool):
@@ -225,8 +225,8 @@ def test_kaldi_random_requests():
     for name, nnet, request in reference_random_cases():
         compiled += _assert_same(nnet, request, name)
         compared += 1
-    assert compared >= 50
-    assert compiled >= 15
+    assert compared >= enough(50, 15)
+    assert compiled >= enough(15, 2)
 
 
 @pytest.mark.parametrize("name", ["lstmp_swbd_6j", "tdnn_lstm_swbd_1e",

@@ -23,9 +23,10 @@ from pynnet3.nnet.descriptor import (BinarySumDescriptor, OffsetForwardingDescri
                                      SimpleForwardingDescriptor, SimpleSumDescriptor)
 from pynnet3.nnet.nnet import Nnet, NodeType
 from pynnet3.nnet.utils import set_batchnorm_test_mode, set_dropout_test_mode
+from tests.helpers import REFERENCE
 
 F32 = np.float32
-SMALL = "/work/shared/reference/small"
+SMALL = str(REFERENCE / "small")
 ALL_ON = CollapseModelConfig(collapse_dropout=True, collapse_batchnorm=True,
                              collapse_affine=True, collapse_scale=True)
 

@@ -20,6 +20,7 @@ from pynnet3.nnet.components.base import new_component_of_type, read_component, 
 from pynnet3.nnet.config_line import ConfigLine
 from pynnet3.nnet.index import Index, K_NO_TIME
 
+from tests.helpers import HAVE_FULL_REFERENCE, enough
 from tests.helpers_components import (REF, SIMPLE_TYPES, affine_info_lines, needs_ref,
                                       read_bytes, require_ref, typed_component_spans, write_bytes)
 
@@ -106,7 +107,7 @@ def test_simple_types_random_models_info_and_bytes(binary):
             n_info += 1
             n_bytes += 1
             types.add(t)
-    assert n_info >= 150 and n_bytes == n_info
+    assert n_info >= enough(150, 12) and n_bytes == n_info
     assert {"SigmoidComponent", "TanhComponent", "RectifiedLinearComponent",
             "LogSoftmaxComponent", "ElementwiseProductComponent",
             "PerElementScaleComponent"} <= types
@@ -136,7 +137,7 @@ def test_simple_types_small_trained_models_info():
                     n_stats += 1
             else:
                 assert mine == ref, (d, name)
-    assert n >= 150 and n_stats >= 80
+    assert n >= enough(150, 20) and n_stats >= enough(80, 1)
 
 
 @needs_ref
@@ -158,7 +159,7 @@ def test_simple_types_binary_to_text_matches_kaldi_copy():
             assert write_bytes(comp, False) == tdata[s:e].rstrip(b"\n"), (bin_model, name)
             n += 1
             n_stats += isinstance(comp, nonlinearities.NonlinearComponent) and comp.count > 0
-    assert n >= 60 and n_stats >= 30
+    assert n >= enough(60, 8) and n_stats >= enough(30, 4)
 
 
 @needs_ref
@@ -180,7 +181,7 @@ def test_simple_types_average_matches_nnet3_average():
             vs, ve = sv[name]
             assert write_bytes(ca, True) == v[vs:ve], (d, name)
             n += 1
-    assert n >= 10
+    assert n >= enough(10, 3)
 
 
 @needs_ref
@@ -262,7 +263,7 @@ def test_normalize_general_random_models_info_and_bytes():
     for t in ("BackpropTruncationComponent", "ConstantComponent", "DistributeComponent",
               "StatisticsExtractionComponent", "StatisticsPoolingComponent"):
         assert counts["info", t] > 0 and counts["bytes", t] > 0, t
-    assert sum(v for k, v in counts.items() if k[0] == "info") >= 35
+    assert sum(v for k, v in counts.items() if k[0] == "info") >= enough(35, 9)
 
 
 def test_normalize_general_vosk_model_info_and_bytes(vosk_mdl):
@@ -285,10 +286,13 @@ def test_normalize_general_small_models_info_and_bytes():
         if os.path.exists(d + "1.raw"):
             check_family_model(d + "1.raw", True, d + "nnet3-info.txt", counts,
                                check_bytes_for=lambda t: t != "BatchNormComponent")
-    for t in ("BatchNormComponent", "NormalizeComponent", "GeneralDropoutComponent",
-              "BackpropTruncationComponent", "StatisticsPoolingComponent"):
+    # The curated subset's recipes (TDNN, TDNN-LSTM, attention) have none of
+    # the others.
+    for t in ("BatchNormComponent", "NormalizeComponent") + (
+            ("GeneralDropoutComponent", "BackpropTruncationComponent",
+             "StatisticsPoolingComponent") if HAVE_FULL_REFERENCE else ()):
         assert counts["info", t] > 0, t
-    assert counts["info", "BatchNormComponent"] >= 50
+    assert counts["info", "BatchNormComponent"] >= enough(50, 5)
 
 
 def component_span_from(data: bytes, name: str, start: int) -> tuple[int, int]:
@@ -358,9 +362,10 @@ def test_affine_types_reference_models_info_and_bytes():
             g, b, _ = check_affine_model(txt, False, expected, from_binary)
             good, bad = good + g, bad + b
     assert not bad, "\n".join(bad[:20])
-    assert good >= 400
-    assert {"AffineComponent", "NaturalGradientAffineComponent", "LinearComponent",
-            "FixedAffineComponent", "TdnnComponent"} <= seen
+    assert good >= enough(400, 60)
+    # LinearComponent is only in the TDNN-F recipe, which the curated subset lacks.
+    assert {"AffineComponent", "NaturalGradientAffineComponent", "FixedAffineComponent",
+            "TdnnComponent"} | ({"LinearComponent"} if HAVE_FULL_REFERENCE else set()) <= seen
 
 
 @needs_ref
@@ -646,4 +651,4 @@ def test_reorder_indexes_match_kaldi_computations():
             assert pre is not None
             checked += 1
     print("reorderings checked:", checked)
-    assert checked >= 8
+    assert checked >= enough(8, 2)

@@ -15,6 +15,7 @@ from pynnet3.io.kaldi_io import KaldiReader
 from pynnet3.nnet.components.base import Prop, read_component
 from pynnet3.nnet.components.normalization import BatchNormComponent
 
+from tests.helpers import HAVE_FULL_REFERENCE
 from tests.helpers_components import (F32, REF, assert_rewrite_round_trip, make_by_type, make_plain,
                                       require_ref, reread, typed_component_spans, write_bytes)
 
@@ -36,6 +37,8 @@ def test_batchnorm_binary_to_text_matches_kaldi_copy():
             ts, te = text_spans[name]
             assert write_bytes(comp, False) + b"\n" == t[ts:te], (d, name)
             n += 1
+    if n == 0 and not HAVE_FULL_REFERENCE:
+        pytest.skip("no small/*/1.txt.raw (Kaldi's text copy) in the curated subset")
     assert n >= 10
 
 

@@ -319,7 +319,7 @@ def _replay_training(nnet, egs_path: str) -> tuple[float, float, list[float]]:
 def test_replay_kaldi_training(egs: str, model: str, objf: float, weight: float) -> None:
     from pynnet3.compile.model_io import read_nnet
 
-    case = reference_dir() / "train" / "ngaffine_bn"
+    case = reference_dir("train/ngaffine_bn") / "train" / "ngaffine_bn"
     nnet = read_nnet(str(case / "0.raw"))
     start = read_nnet(str(case / "0.raw"))
     ref = read_nnet(str(case / model))

@@ -37,7 +37,7 @@ def init_from(paths: list[Path]) -> Nnet:
     return nnet
 
 
-@pytest.mark.skipif(not CONFIG_DIRS, reason="../shared/reference/configs not present")
+@pytest.mark.skipif(not CONFIG_DIRS, reason="reference configs/ not present")
 @pytest.mark.parametrize("d", CONFIG_DIRS, ids=lambda d: d.name)
 def test_recipe_config_structure_matches_kaldi(d: Path) -> None:
     ours = structure(nnet_info(init_from([d / "ref.config"])))
@@ -46,7 +46,7 @@ def test_recipe_config_structure_matches_kaldi(d: Path) -> None:
     assert ours[1] == kaldi[1]
 
 
-@pytest.mark.skipif(not RANDOM_DIRS, reason="../shared/reference/random not present")
+@pytest.mark.skipif(not RANDOM_DIRS, reason="reference random/ not present")
 @pytest.mark.parametrize("d", RANDOM_DIRS, ids=lambda d: d.name)
 def test_random_config_sequence_structure_matches_kaldi(d: Path) -> None:
     configs = sorted(d.glob("config*.txt"), key=lambda p: int(re.sub(r"\D", "", p.name)))
@@ -55,7 +55,7 @@ def test_random_config_sequence_structure_matches_kaldi(d: Path) -> None:
     assert ours == kaldi
 
 
-@pytest.mark.skipif(not RANDOM_DIRS, reason="../shared/reference/random not present")
+@pytest.mark.skipif(not RANDOM_DIRS, reason="reference random/ not present")
 @pytest.mark.parametrize("d", RANDOM_DIRS, ids=lambda d: d.name)
 def test_kaldi_random_models_info_is_identical(d: Path) -> None:
     expected = (d / "nnet-info.txt").read_text()

@@ -12,8 +12,9 @@ from pynnet3.compile.graph.context import nnet_info
 from pynnet3.errors import FormatError
 from pynnet3.io.kaldi_io import KaldiReader, KaldiWriter
 from pynnet3.nnet.transition_model import HmmTopology, TransitionModel, TransitionTuple
+from tests.helpers import REFERENCE
 
-VOSK_REF = "/work/shared/reference/vosk_ko"
+VOSK_REF = str(REFERENCE / "vosk_ko")
 
 
 def _write(obj, binary: bool) -> bytes:
@@ -403,7 +404,7 @@ def test_am_nnet_with_real_small_nnet(tmp_path):
     Nnet = _real_nnet_class()
     from pynnet3.io.kaldi_io import open_kaldi_object
 
-    ref_dir = "/work/shared/reference/random/008"
+    ref_dir = str(REFERENCE / "random" / "008")
     if not os.path.exists(ref_dir):
         pytest.skip("reference random/008 absent")
     nnet = Nnet.read(open_kaldi_object(os.path.join(ref_dir, "final.raw")))

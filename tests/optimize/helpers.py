@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -20,7 +19,7 @@ from pynnet3.nnet.components.base import Prop
 from pynnet3.nnet.nnet import Nnet
 from pynnet3.optimize import pipeline
 from pynnet3.optimize.check import check_computation
-from tests.helpers import reference_dir
+from tests.helpers import REFERENCE, reference_dir
 
 
 T = CommandType
@@ -204,7 +203,7 @@ def _copy_then_relu(nnet: Nnet) -> NnetComputation:
 
 
 def _random_seeds() -> list[str]:
-    root = Path(__file__).resolve().parents[2].parent / "shared" / "reference" / "random"
+    root = REFERENCE / "random"
     return sorted(p.name for p in root.iterdir() if p.name.isdigit()) if root.is_dir() else []
 
 

@@ -31,7 +31,7 @@ def _params() -> list:
     return out
 
 
-@pytest.mark.skipif(not CONFIGS, reason="../shared/reference/configs not present")
+@pytest.mark.skipif(not CONFIGS, reason="reference configs/ not present")
 @pytest.mark.parametrize("path,kind", _params())
 def test_config_optimizes_with_checker_after_every_pass(path: Path, kind: str) -> None:
     nnet = Nnet()

@@ -25,6 +25,7 @@ from pynnet3.optimize.compile_looped import (compile_looped, create_looped_compu
 from pynnet3.optimize.looped import ComputationLoopedOptimizer
 from pynnet3.optimize.renumber import fix_goto_label
 from pynnet3.optimize.options import OptimizeOptions
+from tests.helpers import curated
 from tests.optimize.helpers import _TDNN, _compile, _nnet, _random_case, _request, _types
 
 T = CommandType
@@ -144,7 +145,7 @@ def test_optimize_looped_computation_gives_up_without_repeat() -> None:
 
 # ---------------------------------------------------------------------------
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", ["003", "008", "014", "024", "042"])
+@pytest.mark.parametrize("seed", curated("random", ["003", "008", "014", "024", "042"]))
 def test_compile_looped_kaldi_random_networks(seed: str) -> None:
     """Forward LSTMs, TDNNs, attention: chunked = whole utterance."""
     nnet, _, _ = _random_case(seed)

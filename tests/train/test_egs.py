@@ -30,9 +30,9 @@ from pynnet3.train.kaldi_random import MT19937, GlibcRand, std_shuffle
 from pynnet3.io.posterior import POSTERIOR_HOLDER
 from pynnet3.io.table import (GENERAL_MATRIX_HOLDER, MATRIX_HOLDER, RandomAccessTableReader,
                               SequentialTableReader, TableWriter)
-from tests.helpers import reference_dir
+from tests.helpers import curated, reference_dir
 
-CASES = ["affine_xent", "ngaffine_bn", "quadratic", "momentum_l2"]
+CASES = curated("train", ["affine_xent", "ngaffine_bn", "quadratic", "momentum_l2"])
 
 
 def case_dir(case: str) -> Path:
@@ -83,7 +83,7 @@ def test_rewrite_is_byte_identical(case: str, name: str, tmp_path: Path) -> None
     assert write_all(tmp_path / name, egs, binary=".txt." not in name) == src.read_bytes()
 
 
-@pytest.mark.parametrize("case", ["affine_xent", "quadratic"])
+@pytest.mark.parametrize("case", curated("train", ["affine_xent", "quadratic"]))
 def test_binary_and_text_agree(case: str, tmp_path: Path) -> None:
     d = case_dir(case)
     binary, text = read_all(d / "egs.ark"), read_all(d / "egs.txt.ark")
@@ -292,7 +292,7 @@ def test_get_egs_with_kaldis_chunk_starts(case: str, name: str, compress: bool,
     assert out.read_bytes() == (d / name).read_bytes()
 
 
-@pytest.mark.parametrize("case", ["affine_xent", "quadratic"])
+@pytest.mark.parametrize("case", curated("train", ["affine_xent", "quadratic"]))
 def test_get_egs_chunking_rules(case: str, tmp_path: Path) -> None:
     """Our (seeded) chunk placement obeys Kaldi's rules; sizes/counts match Kaldi's run."""
     d = case_dir(case)

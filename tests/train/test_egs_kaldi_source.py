@@ -23,6 +23,9 @@ import pytest
 from pynnet3.train.egs_split import ExampleGenerationConfig, UtteranceSplitter
 
 KALDI_SRC = Path(os.environ.get("KALDI_SRC", "/tmp/kaldi/src"))
+if not (KALDI_SRC / "nnet3").is_dir() or shutil.which("g++") is None:
+    # One skip for the module rather than one per test.
+    pytest.skip(f"needs Kaldi's source (KALDI_SRC, {KALDI_SRC}) and g++", allow_module_level=True)
 
 _HARNESS_HEAD = r"""
 #include <vector>

@@ -23,9 +23,9 @@ from pynnet3.train.nnet_update import (MaxChangeStats, apply_l2_regularization,
                                        get_num_nvalues, update_nnet_with_max_change)
 from pynnet3.train.objective import compute_accuracy, compute_objective
 from pynnet3.train.trainer import NnetTrainer, NnetTrainerOptions
-from tests.helpers import reference_dir
+from tests.helpers import curated, reference_dir
 
-CASES = ("affine_xent", "quadratic", "momentum_l2", "ngaffine_bn")
+CASES = curated("train", ["affine_xent", "quadratic", "momentum_l2", "ngaffine_bn"])
 # Options each case was trained with (commands.txt).
 CASE_OPTIONS = {"momentum_l2": {"momentum": 0.5, "max_param_change": 0.5}}
 FLOAT = r"(?<![\w.])(-?(?:\d+(?:\.\d*)?(?:e[-+]?\d+)?|nan|inf))"

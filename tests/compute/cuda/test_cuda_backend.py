@@ -19,10 +19,10 @@ import pytest
 from pynnet3.compute.backend import cuda_unavailable_reason, get_backend
 
 _REASON = cuda_unavailable_reason()
-pytestmark = pytest.mark.skipif(
-    _REASON is not None,
-    reason=f"CUDA backend unusable ({_REASON}); test_backends.py runs these tests under "
-           f"the CUDA simulator")
+if _REASON is not None:
+    # One skip for the module rather than one per test.
+    pytest.skip(f"CUDA backend unusable ({_REASON}); test_backends.py runs these tests under "
+                f"the CUDA simulator", allow_module_level=True)
 
 SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 F32 = np.float32
