@@ -39,6 +39,7 @@ Descriptor and Component is asked exactly as Kaldi asks them.
 from __future__ import annotations
 
 from collections import deque
+from itertools import chain
 from typing import TYPE_CHECKING, Any, Iterable
 
 from ... import fast_paths
@@ -276,6 +277,9 @@ class ComputationGraphBuilder:
                 self._jit_plan = make_jit_plan(self.nnet) or False
         if self._jit_plan is False:
             return False
+        if (sum(len(io.indexes) for io in chain(request.inputs, request.outputs))
+                < fast_paths.current().graph_jit_from):
+            return False      # (small: the definition, without compiling the Numba loop)
         jit = build_graph_jit(self._jit_plan, self.nnet, request)
         if jit is None:
             return False

@@ -57,6 +57,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
+from ... import fast_paths
 from ...nnet import descriptor as d
 from ...nnet.graph import graph_has_cycles, nnet_to_directed_graph
 from ...nnet.index import K_NO_TIME, Index
@@ -617,7 +618,8 @@ def _build(plan: BulkPlan, nnet: "Nnet", request: ComputationRequest) -> BulkGra
     num_in, num_out = len(ins[0]), len(outs[0])
     init = tuple(np.concatenate([a, b]) for a, b in zip(ins, outs))
     index = None
-    fast = closure(plan, init, num_in, _MAX_LEVELS)
+    fast = (closure(plan, init, num_in, _MAX_LEVELS)
+            if num_in + num_out >= fast_paths.current().graph_jit_from else None)
     if fast is not None:
         *columns, counts, flat, level_sizes = fast
         sizes = level_sizes.tolist()
