@@ -86,9 +86,11 @@ class ComputationGraphBuilder:
     def __init__(self, nnet: "Nnet", graph: ComputationGraph | None = None) -> None:
         """With ``fast_paths.current().graph`` off when the builder is made, it
         asks every Descriptor and Component exactly as Kaldi does (slower; the
-        results are the same, which tests check)."""
+        results are the same, which tests check); ``graph_jit_from`` is also
+        read then."""
         self.nnet = nnet
         self._fast = fast = fast_paths.current().graph
+        self._jit_from = fast_paths.current().graph_jit_from
         self.graph = graph if graph is not None else ComputationGraph()
         if len(self.graph):
             raise PynnetError("ComputationGraphBuilder initialized with a nonempty graph")
@@ -256,7 +258,7 @@ class ComputationGraphBuilder:
         """compute() by the vectorised path (bulk.py), if it applies."""
         if self._bulk_plan is None:
             self._bulk_plan = BulkPlan(self.nnet)
-        bulk = build_graph_bulk(self._bulk_plan, self.nnet, request)
+        bulk = build_graph_bulk(self._bulk_plan, self.nnet, request, self._jit_from)
         if bulk is None:
             return False
         self.request = request
@@ -278,7 +280,7 @@ class ComputationGraphBuilder:
         if self._jit_plan is False:
             return False
         if (sum(len(io.indexes) for io in chain(request.inputs, request.outputs))
-                < fast_paths.current().graph_jit_from):
+                < self._jit_from):
             return False      # (small: the definition, without compiling the Numba loop)
         jit = build_graph_jit(self._jit_plan, self.nnet, request)
         if jit is None:
