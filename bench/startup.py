@@ -105,13 +105,14 @@ def make_inputs(work: Path) -> dict[str, list[str]]:
     run("nnet3-init", "--srand=1", str(config), "0.raw")
     run("nnet3-get-egs", f"--num-pdfs={num_pdfs}", "--left-context=5", "--right-context=5",
         "--num-frames=8", "--online-ivectors=ark:ivectors.txt", "--online-ivector-period=10",
-        "ark:feats.txt", "ark:post.txt", "ark:egs.ark")
+        "ark:feats.txt", "ark:post.txt", "ark:egs1.ark")
+    run("nnet3-merge-egs", "--minibatch-size=16", "ark:egs1.ark", "ark:egs.ark")
     return {
         "nnet3-info": ["0.raw"],
         "nnet3-init": ["--srand=1", str(config), "init.raw"],
         "nnet3-compute": ["--online-ivectors=ark:ivectors.txt", "--online-ivector-period=10",
                           "0.raw", "ark:feats.txt", "ark:out.ark"],
-        "nnet3-train": ["--minibatch-size=16", "0.raw", "ark:egs.ark", "train.raw"],
+        "nnet3-train": ["0.raw", "ark:egs.ark", "train.raw"],
         "nnet3-compute-prob": ["0.raw", "ark:egs.ark"],
     }
 

@@ -241,6 +241,26 @@ def _materialise(module_name: str) -> None:
     for name, obj in list(jit_globals.items()):
         if isinstance(obj, LazyKernel):
             jit_globals[name] = obj.compiled
+    uncached = [k for k in own.values() if not _in_cache(k._dispatcher)]
+    if uncached:
+        global _compile_noted
+        if not _compile_noted:
+            _compile_noted = True
+            log.log("compiling Numba kernels for large inputs (first use after an install: "
+                    "tens of seconds, once; later runs load them from Numba's cache)")
+        log.vlog(1, f"compiling {len(uncached)} Numba kernels of {module_name}")
+
+
+_compile_noted = False
+
+
+def _in_cache(dispatcher: Any) -> bool:
+    """Whether Numba's cache has an index for this kernel (then its first
+    call loads it rather than compiling it; a stale index is not detected)."""
+    try:
+        return os.path.exists(dispatcher._cache._cache_file._index_path)
+    except AttributeError:     # (another Numba, or no cache)
+        return True
 
 
 def numba_loaded() -> bool:
