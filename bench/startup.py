@@ -15,8 +15,8 @@ is measured
 Each repetition runs every binary cold then warm, alternating between this
 tree and ``--baseline`` (another checkout's ``src``, run with that tree on
 PYTHONPATH), so that other jobs on the machine disturb both alike; the table
-gives the best and the median of ``--runs`` repetitions and the ratio
-baseline/this.  Python byte-code is compiled first (``compileall``, as ``pip
+gives the best and the median of ``--runs`` repetitions and the ratio of
+the medians, this/baseline.  Python byte-code is compiled first (``compileall``, as ``pip
 install`` does: this environment may set PYTHONDONTWRITEBYTECODE).
 
 ``--importtime BINARY`` prints the costliest imports of one warm run
@@ -151,7 +151,7 @@ def print_table(times: dict, trees: dict[str, Path], binaries: list[str]) -> Non
     head = f"{'binary':20s} {'':5s}" + "".join(f" {n + ' best':>10s} {n + ' med':>10s}"
                                                for n in names)
     if len(names) == 2:
-        head += f" {'ratio med':>10s}"
+        head += f" {'this/base':>10s}"
     print(head)
     for b in binaries:
         for kind in ("cold", "warm"):
