@@ -47,3 +47,91 @@ def test_double_matrix_reads_float_and_double(binary):
         got = read_double_matrix(KaldiReader(w.getvalue(), binary))
         assert got.dtype == np.float64
         np.testing.assert_allclose(got, m.astype(np.float32), rtol=1e-7)
+
+
+# ---------------------------------------------------------------------------
+# rxfilenames / wxfilenames (Kaldi's ClassifyRxfilename / ClassifyWxfilename)
+
+
+@pytest.mark.parametrize("name,kind", [("-", "stdout"), ("", "stdout"), ("x.raw", "file"),
+                                       ("| gzip -c > x.gz", "pipe"), (" out.raw ", "file")])
+def test_classify_wxfilename(name: str, kind: str) -> None:
+    from pynnet3.io.kaldi_io import classify_wxfilename
+
+    assert classify_wxfilename(name) == kind
+
+
+@pytest.mark.parametrize("name", ["x.raw |", "gzip -c > x.gz |", "ark:x.ark", "t,ark:x.ark",
+                                  "x.ark:123", "a|b"])
+def test_wxfilenames_kaldi_cannot_write(name: str) -> None:
+    from pynnet3.errors import UsageError
+    from pynnet3.io.kaldi_io import classify_wxfilename
+
+    with pytest.raises(UsageError, match="invalid wxfilename"):
+        classify_wxfilename(name)
+
+
+def test_classify_rxfilename(tmp_path) -> None:
+    from pynnet3.errors import UsageError
+    from pynnet3.io.kaldi_io import classify_rxfilename
+
+    assert classify_rxfilename("-") == "stdin"
+    assert classify_rxfilename("gunzip -c x.gz |") == "pipe"
+    assert classify_rxfilename(f"{tmp_path}/x.ark:12") == "offset"
+    (tmp_path / "x:12").write_bytes(b"")
+    assert classify_rxfilename(f"{tmp_path}/x:12") == "file"     # an existing file wins
+    for bad in ("| gzip -c", "scp:x.scp", "a|b"):
+        with pytest.raises(UsageError, match="invalid rxfilename"):
+            classify_rxfilename(bad)
+
+
+def test_archive_keys_are_bytes(tmp_path) -> None:
+    """Kaldi's keys are bytes (IsToken allows any byte beyond ASCII): a
+    Latin-1 key is read and written back unchanged."""
+    from pynnet3.io.table import VECTOR_HOLDER, SequentialTableReader, TableWriter
+
+    data = b"caf\xe9 [ 1 2 ]\nna\xefve [ 3 ]\n"
+    (tmp_path / "in.ark").write_bytes(data)
+    with SequentialTableReader(f"ark:{tmp_path}/in.ark", VECTOR_HOLDER) as r, \
+            TableWriter(f"ark,t:{tmp_path}/out.ark", VECTOR_HOLDER) as w:
+        for key, vec in r:
+            w.write(key, vec)
+    assert (tmp_path / "out.ark").read_bytes() == b"caf\xe9  [ 1 2 ]\nna\xefve  [ 3 ]\n"
+
+
+@pytest.mark.parametrize("method,text", [("read_int32", b"2147483648 "),
+                                         ("read_int32", b"-2147483649 "),
+                                         ("read_int_vector", b"[ 1 2147483648 ]"),
+                                         ("read_int_pair_vector", b"[ 1,2 3,-2147483649 ]")])
+def test_text_int32_out_of_range(method: str, text: bytes) -> None:
+    # Kaldi's text ReadBasicType<int32> fails on overflow; a Python int would
+    # pass and overflow later (an internal error in NumPy).
+    r = KaldiReader(text, False, "m.txt")
+    with pytest.raises(FormatError, match="int32"):
+        if method == "read_int_pair_vector":
+            read_int_pair_vector(r)
+        else:
+            getattr(r, method)()
+
+
+def test_write_float_beyond_float_range_is_inf() -> None:
+    # C++ converts such a double to +-inf; struct.pack raised OverflowError.
+    w = KaldiWriter(True)
+    w.write_float(6e38)
+    w.write_float(-1e300)
+    r = KaldiReader(w.getvalue(), True)
+    assert r.read_float() == float("inf") and r.read_float() == float("-inf")
+    w = KaldiWriter(False)
+    w.write_float(6e38)
+    assert w.getvalue() == b"inf "
+
+
+def test_token_archive_values_are_bytes(tmp_path) -> None:
+    """utt2spk: a Latin-1 speaker id is a key of the speaker archive."""
+    from pynnet3.io.table import TOKEN_HOLDER, VECTOR_HOLDER, RandomAccessTableReader
+
+    (tmp_path / "utt2spk").write_bytes(b"u1 jos\xe9\n")
+    (tmp_path / "spk.ark").write_bytes(b"jos\xe9 [ 1 2 ]\n")
+    with RandomAccessTableReader(f"ark:{tmp_path}/utt2spk", TOKEN_HOLDER) as utt2spk, \
+            RandomAccessTableReader(f"ark:{tmp_path}/spk.ark", VECTOR_HOLDER) as spk:
+        assert spk.value(utt2spk.value("u1")).tolist() == [1.0, 2.0]

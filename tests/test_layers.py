@@ -4,7 +4,7 @@ and no module is named like a sibling plus a digit.
 Layers, bottom to top (see docs/layout.md):
 
     base (errors, log, fast_paths, blas, std_order, numba_cache, io/) < nnet < compile
-    < optimize < cache < compute < train < cli
+    < optimize < cache < compute < train < cli < dispatch
 
 ``pynnet3.testing`` (helpers for the tests) sits above all of them and nothing
 in the library imports it.  Imports are read from the source with ``ast``, so
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 PKG_DIR = Path(__file__).resolve().parents[1] / "src" / "pynnet3"
-LAYERS = ["base", "nnet", "compile", "optimize", "cache", "compute", "train", "cli", "testing"]
+LAYERS = ["base", "nnet", "compile", "optimize", "cache", "compute", "train", "cli", "dispatch", "testing"]
 BASE = {"__init__", "errors", "log", "fast_paths", "blas", "std_order", "numba_cache", "io"}
 
 

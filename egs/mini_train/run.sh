@@ -10,9 +10,15 @@
 #   -> average posteriors (nnet3-compute-from-egs) -> nnet3-am-adjust-priors -> final.mdl
 #   -> nnet3-am-info and nnet3-compute --use-priors on the test set.
 #
-#   ./run.sh [--stage N] [--num-epochs X] [--num-jobs N]
+# Every command runs through $train_cmd (cmd.sh; --cmd overrides it) as
+# Kaldi's scripts do: "$train_cmd JOB=1:N log/x.JOB.log prog ... JOB ..." runs
+# N jobs (run.pl: on this machine; slurm.pl / queue.pl: on a cluster), each
+# with its own log; a failed job stops the recipe with its log named.
+#
+#   ./run.sh [--stage N] [--num-epochs X] [--num-jobs N] [--cmd "slurm.pl --mem 2G"]
 set -euo pipefail
 cd "$(dirname "$0")"
+. ./cmd.sh
 stage=0
 num_epochs=2          # passes over the training egs (each eg used for one of its frames per pass)
 num_jobs=2            # parallel nnet3-train jobs per iteration (= number of egs archives)
@@ -28,6 +34,7 @@ while [ $# -gt 0 ]; do
     --stage) stage=$2; shift 2 ;;
     --num-epochs) num_epochs=$2; shift 2 ;;
     --num-jobs) num_jobs=$2; shift 2 ;;
+    --cmd) train_cmd=$2; shift 2 ;;
     *) echo "$0: unknown option $1" >&2; exit 1 ;;
   esac
 done
@@ -40,6 +47,23 @@ dir=exp/tdnn
 egs=$dir/egs
 num_pdfs=24
 mkdir -p $dir/log $dir/configs $egs
+# One computation cache for all the training jobs: a directory that
+# nnet3-train reads from and adds to (entries are written atomically, so jobs
+# on several machines can share it on a network filesystem).
+mkdir -p $dir/cache
+cache_opts="--read-cache=$dir/cache --write-cache=$dir/cache"
+
+# Background jobs (one $train_cmd per job, as train_dnn.py's
+# background_command) and waiting for all of them: the first failure stops the
+# recipe (the runner has already named the job's log).
+pids=()
+bg() { "$@" & pids+=($!); }
+wait_all() {
+  local failed=0 pid
+  for pid in "${pids[@]}"; do wait $pid || failed=1; done
+  pids=()
+  if [ $failed -ne 0 ]; then echo "$0: $1 failed (see the log named above)" >&2; exit 1; fi
+}
 
 stage_start=$SECONDS
 stage_done() {  # prints how long the stage took, as Kaldi's scripts log it
@@ -61,7 +85,7 @@ if [ $stage -le 1 ]; then
   echo "$0: stage 1: configs; initialising the network for the preconditioning matrix"
   cp conf/init.config $dir/configs/init.config
   sed "s|@LDA_MAT@|$dir/configs/lda.mat|" conf/tdnn.config > $dir/configs/final.config
-  nnet3-init --srand=-2 $dir/configs/init.config $dir/init.raw 2> $dir/log/nnet_init.log
+  $train_cmd $dir/log/nnet_init.log nnet3-init --srand=-2 $dir/configs/init.config $dir/init.raw
   # ref.config: the same network with a placeholder for the transform, only
   # to read the model's context (xconfig_to_configs.py's ref.config and vars).
   sed "s|matrix=@LDA_MAT@|input-dim=60 output-dim=60|" conf/tdnn.config > $dir/configs/ref.config
@@ -77,20 +101,22 @@ if [ $stage -le 2 ]; then
   echo "$0: stage 2: egs ($frames_per_eg frames each, context $left_context/$right_context, $num_jobs archives)"
   egs_opts="--num-pdfs=$num_pdfs --left-context=$left_context --right-context=$right_context"
   egs_opts="$egs_opts --num-frames=$frames_per_eg"
-  nnet3-get-egs $egs_opts --srand=1 ark:$data/train/feats.ark ark:$data/train/post.ark \
-    ark:$egs/train_all.egs 2> $egs/../log/get_egs.train.log
-  nnet3-get-egs $egs_opts --srand=2 ark:$data/valid/feats.ark ark:$data/valid/post.ark \
-    ark:$egs/valid_all.egs 2> $egs/../log/get_egs.valid.log
-  # Held-out subsets for diagnostics and for nnet3-combine, as steps/nnet3/get_egs.sh makes them.
-  nnet3-subset-egs --srand=1 --n=300 ark:$egs/valid_all.egs ark:$egs/valid_diagnostic.egs \
-    2> $dir/log/subset_valid.log
-  nnet3-subset-egs --srand=2 --n=300 ark:$egs/train_all.egs ark:$egs/train_diagnostic.egs \
-    2> $dir/log/subset_train.log
-  nnet3-subset-egs --srand=3 --n=400 "ark:cat $egs/valid_all.egs $egs/train_all.egs |" \
-    ark:$egs/combine.egs 2> $dir/log/subset_combine.log
-  # The training archives: the egs split at random between them.
-  nnet3-copy-egs --random=true --srand=1 ark:$egs/train_all.egs \
-    $(for n in $(seq $num_jobs); do echo ark:$egs/egs.$n.ark; done) 2> $dir/log/split_egs.log
+  bg $train_cmd $dir/log/get_egs.train.log nnet3-get-egs $egs_opts --srand=1 \
+    ark:$data/train/feats.ark ark:$data/train/post.ark ark:$egs/train_all.egs
+  bg $train_cmd $dir/log/get_egs.valid.log nnet3-get-egs $egs_opts --srand=2 \
+    ark:$data/valid/feats.ark ark:$data/valid/post.ark ark:$egs/valid_all.egs
+  wait_all "getting egs"
+  # Held-out subsets for diagnostics and for nnet3-combine, as steps/nnet3/get_egs.sh makes
+  # them, and the training archives: the egs split at random between them.
+  bg $train_cmd $dir/log/subset_valid.log nnet3-subset-egs --srand=1 --n=300 \
+    ark:$egs/valid_all.egs ark:$egs/valid_diagnostic.egs
+  bg $train_cmd $dir/log/subset_train.log nnet3-subset-egs --srand=2 --n=300 \
+    ark:$egs/train_all.egs ark:$egs/train_diagnostic.egs
+  bg $train_cmd $dir/log/subset_combine.log nnet3-subset-egs --srand=3 --n=400 \
+    "ark:cat $egs/valid_all.egs $egs/train_all.egs |" ark:$egs/combine.egs
+  bg $train_cmd $dir/log/split_egs.log nnet3-copy-egs --random=true --srand=1 ark:$egs/train_all.egs \
+    $(for n in $(seq $num_jobs); do echo ark:$egs/egs.$n.ark; done)
+  wait_all "splitting egs"
   echo "$0: $(grep -o 'into [0-9]* chunks' $dir/log/get_egs.train.log | awk '{print $2}') training egs" \
        "in $num_jobs archives; held out: $(for s in valid train combine; do
          grep -o 'subset of [0-9]* out of [0-9]*' $dir/log/subset_$s.log | awk -v s=$s '{print s, $3 "/" $6}'; done | paste -sd, -)"
@@ -99,25 +125,23 @@ fi
 
 if [ $stage -le 3 ]; then
   echo "$0: stage 3: preconditioning matrix (LDA-like transform of the spliced input)"
-  for n in $(seq $num_jobs); do
-    nnet3-acc-lda-stats --rand-prune=4.0 $dir/init.raw "ark:nnet3-copy-egs ark:$egs/egs.$n.ark ark:- |" \
-      $dir/$n.lda_stats 2> $dir/log/get_lda_stats.$n.log &
-  done
-  wait
-  sum-lda-accs $dir/lda_stats $(for n in $(seq $num_jobs); do echo $dir/$n.lda_stats; done) \
-    2> $dir/log/sum_transform_stats.log
+  $train_cmd JOB=1:$num_jobs $dir/log/get_lda_stats.JOB.log \
+    nnet3-acc-lda-stats --rand-prune=4.0 $dir/init.raw "ark:nnet3-copy-egs ark:$egs/egs.JOB.ark ark:- |" \
+      $dir/JOB.lda_stats
+  $train_cmd $dir/log/sum_transform_stats.log \
+    sum-lda-accs $dir/lda_stats $(for n in $(seq $num_jobs); do echo $dir/$n.lda_stats; done)
   rm $(for n in $(seq $num_jobs); do echo $dir/$n.lda_stats; done)
-  nnet-get-feature-transform $dir/lda.mat $dir/lda_stats 2> $dir/log/get_transform.log
+  $train_cmd $dir/log/get_transform.log nnet-get-feature-transform $dir/lda.mat $dir/lda_stats
   cp $dir/lda.mat $dir/configs/lda.mat
   stage_done "stage 3"
 fi
 
 if [ $stage -le 4 ]; then
   echo "$0: stage 4: initial acoustic model (nnet3-am-init | nnet3-am-train-transitions)"
-  nnet3-init --srand=-3 $dir/configs/final.config $dir/0.raw 2> $dir/log/add_first_layer.log
-  nnet3-am-init $ali/tree $lang/topo $dir/0.raw - 2> $dir/log/init_mdl.log | \
-    nnet3-am-train-transitions - "ark:gunzip -c $ali/ali.*.gz|" $dir/0.mdl 2>> $dir/log/init_mdl.log
-  grep -h "objf\|Trained" $dir/log/init_mdl.log | sed "s|^|$0: |" | head -3 || true
+  $train_cmd $dir/log/add_first_layer.log nnet3-init --srand=-3 $dir/configs/final.config $dir/0.raw
+  $train_cmd $dir/log/init_mdl.log nnet3-am-init $ali/tree $lang/topo $dir/0.raw - \| \
+    nnet3-am-train-transitions - "ark:gunzip -c $ali/ali.*.gz|" $dir/0.mdl
+  grep -h "objf\|Trained" $dir/log/init_mdl.log | grep -v "^#" | sed "s|^|$0: |" | head -3 || true
   stage_done "stage 4"
 fi
 
@@ -136,11 +160,10 @@ first_model_combine=$((num_iters - num_iters_combine + 1))
 
 compute_prob() {  # <iter>: diagnostics on the held-out subsets, as compute_train_cv_probabilities()
   for set in valid train; do
-    nnet3-compute-prob $dir/$1.mdl \
-      "ark,bg:nnet3-copy-egs ark:$egs/${set}_diagnostic.egs ark:- | nnet3-merge-egs --minibatch-size=1:64 ark:- ark:- |" \
-      2> $dir/log/compute_prob_$set.$1.log &
+    bg $train_cmd $dir/log/compute_prob_$set.$1.log nnet3-compute-prob $dir/$1.mdl \
+      "ark,bg:nnet3-copy-egs ark:$egs/${set}_diagnostic.egs ark:- | nnet3-merge-egs --minibatch-size=1:64 ark:- ark:- |"
   done
-  wait
+  wait_all "diagnostics of model $1"
   echo "$0: iter $1: $(grep -o "Overall log-likelihood for 'output' is [^ ]*" $dir/log/compute_prob_valid.$1.log | awk '{print "valid logprob", $NF}')," \
        "$(grep -o "Overall accuracy for 'output' is [^ ]*" $dir/log/compute_prob_valid.$1.log | awk '{print "accuracy", $NF}')" \
        "(train: $(grep -o "Overall log-likelihood for 'output' is [^ ]*" $dir/log/compute_prob_train.$1.log | awk '{print $NF}'))"
@@ -156,8 +179,8 @@ if [ $stage -le 5 ]; then
       -v t=$num_archives_to_process -v e=$num_epochs 'BEGIN { printf "%.2f/%.1f (%.1f%% complete)", p * e / t, e, p * 100 / t }')   lr: $lrate"
     compute_prob $iter
     if [ $iter -gt 0 ]; then
-      nnet3-show-progress --use-gpu=no $dir/$((iter - 1)).mdl $dir/$iter.mdl \
-        2> $dir/log/progress.$iter.log
+      $train_cmd $dir/log/progress.$iter.log \
+        nnet3-show-progress --use-gpu=no $dir/$((iter - 1)).mdl $dir/$iter.mdl
     fi
     # The first iteration uses half the minibatch and keeps the best job's model
     # instead of the average (the models are too far apart to average yet).
@@ -165,26 +188,29 @@ if [ $stage -le 5 ]; then
     if [ $iter -eq 0 ]; then
       mb=$((minibatch_size / 2)); mpc=$(awk -v m=$max_param_change 'BEGIN { print m / sqrt(2) }')
     fi
+    # One $train_cmd per job (the archive and frame depend on the job), in the
+    # background, as train_dnn.py's train_new_models() does.
     for job in $(seq $num_jobs); do
       k=$((num_archives_processed + job - 1))
       archive=$((k % num_jobs + 1))
       frame=$(( (k / num_jobs + archive) % frames_per_eg ))
-      nnet3-train --print-interval=10 --max-param-change=$mpc --srand=$iter \
+      bg $train_cmd $dir/log/train.$iter.$job.log \
+        nnet3-train --print-interval=10 --max-param-change=$mpc --srand=$iter $cache_opts \
         "nnet3-copy --learning-rate=$lrate $dir/$iter.mdl - |" \
         "ark,bg:nnet3-copy-egs --frame=$frame ark:$egs/egs.$archive.ark ark:- | nnet3-shuffle-egs --buffer-size=5000 --srand=$iter ark:- ark:- | nnet3-merge-egs --minibatch-size=$mb ark:- ark:- |" \
-        $dir/$((iter + 1)).$job.raw 2> $dir/log/train.$iter.$job.log &
+        $dir/$((iter + 1)).$job.raw
     done
-    wait
+    wait_all "training iteration $iter"
     if [ $iter -eq 0 ]; then
       best=$(for job in $(seq $num_jobs); do
                echo "$job $(grep -o "Overall average objective function for 'output' is [^ ]*" \
                  $dir/log/train.$iter.$job.log | awk '{print $NF}')"; done | sort -k2 -g -r | head -1 | cut -d' ' -f1)
-      nnet3-am-copy --set-raw-nnet=$dir/$((iter + 1)).$best.raw $dir/$iter.mdl $dir/$((iter + 1)).mdl \
-        2> $dir/log/select.$iter.log
+      $train_cmd $dir/log/select.$iter.log \
+        nnet3-am-copy --set-raw-nnet=$dir/$((iter + 1)).$best.raw $dir/$iter.mdl $dir/$((iter + 1)).mdl
     else
-      nnet3-average $(for job in $(seq $num_jobs); do echo $dir/$((iter + 1)).$job.raw; done) - \
-          2> $dir/log/average.$iter.log | \
-        nnet3-am-copy --set-raw-nnet=- $dir/$iter.mdl $dir/$((iter + 1)).mdl 2>> $dir/log/average.$iter.log
+      $train_cmd $dir/log/average.$iter.log \
+        nnet3-average $(for job in $(seq $num_jobs); do echo $dir/$((iter + 1)).$job.raw; done) - \| \
+        nnet3-am-copy --set-raw-nnet=- $dir/$iter.mdl $dir/$((iter + 1)).mdl
     fi
     rm $(for job in $(seq $num_jobs); do echo $dir/$((iter + 1)).$job.raw; done)
   done
@@ -196,31 +222,29 @@ if [ $stage -le 6 ]; then
   # Freshest first: the batch-norm statistics are taken from the first model.
   models=$(for i in $(seq $num_iters -1 $first_model_combine); do echo $dir/$i.mdl; done)
   echo "$0: stage 6: combining the models of iterations $first_model_combine..$num_iters"
-  nnet3-combine --max-objective-evaluations=30 --verbose=3 $models \
+  $train_cmd $dir/log/combine.log \
+    nnet3-combine --max-objective-evaluations=30 --verbose=3 $models \
     "ark,bg:nnet3-copy-egs ark:$egs/combine.egs ark:- | nnet3-merge-egs --minibatch-size=1:$minibatch_size ark:- ark:- |" \
-    "| nnet3-am-copy --set-raw-nnet=- $dir/$num_iters.mdl $dir/combined.mdl" 2> $dir/log/combine.log
-  grep -h "Combining\|objective" $dir/log/combine.log | grep -v "^nnet3" | tail -2 | sed "s|^|$0: |"
+    "| nnet3-am-copy --set-raw-nnet=- $dir/$num_iters.mdl $dir/combined.mdl"
+  grep -h "Combining\|objective" $dir/log/combine.log | grep -v "^nnet3\|^#" | tail -2 | sed "s|^|$0: |"
   compute_prob combined
   stage_done "stage 6"
 fi
 
 if [ $stage -le 7 ]; then
   echo "$0: stage 7: priors from the average posterior; final.mdl"
-  for n in $(seq $num_jobs); do
-    nnet3-copy-egs ark:$egs/egs.$n.ark ark:- 2> $dir/log/get_post.$n.log | \
-      nnet3-subset-egs --srand=$n --n=$prior_subset_size ark:- ark:- 2>> $dir/log/get_post.$n.log | \
-      nnet3-merge-egs --minibatch-size=128 ark:- ark:- 2>> $dir/log/get_post.$n.log | \
-      nnet3-compute-from-egs --apply-exp=true $dir/combined.mdl ark:- ark:- \
-        2>> $dir/log/get_post.$n.log | \
-      matrix-sum-rows ark:- ark:- 2>> $dir/log/get_post.$n.log | \
-      vector-sum ark:- $dir/post.combined.$n.vec 2>> $dir/log/get_post.$n.log &
-  done
-  wait
-  vector-sum $(for n in $(seq $num_jobs); do echo $dir/post.combined.$n.vec; done) $dir/post.combined.vec \
-    2> $dir/log/vector_sum.combined.log
-  nnet3-am-adjust-priors $dir/combined.mdl $dir/post.combined.vec $dir/final.mdl \
-    2> $dir/log/adjust_priors.final.log
-  grep -h "priors\|Prior" $dir/log/adjust_priors.final.log | grep -v "^nnet3" | sed "s|^|$0: |" || true
+  $train_cmd JOB=1:$num_jobs $dir/log/get_post.JOB.log \
+    nnet3-copy-egs ark:$egs/egs.JOB.ark ark:- \| \
+    nnet3-subset-egs --srand=JOB --n=$prior_subset_size ark:- ark:- \| \
+    nnet3-merge-egs --minibatch-size=128 ark:- ark:- \| \
+    nnet3-compute-from-egs --apply-exp=true $dir/combined.mdl ark:- ark:- \| \
+    matrix-sum-rows ark:- ark:- \| \
+    vector-sum ark:- $dir/post.combined.JOB.vec
+  $train_cmd $dir/log/vector_sum.combined.log \
+    vector-sum $(for n in $(seq $num_jobs); do echo $dir/post.combined.$n.vec; done) $dir/post.combined.vec
+  $train_cmd $dir/log/adjust_priors.final.log \
+    nnet3-am-adjust-priors $dir/combined.mdl $dir/post.combined.vec $dir/final.mdl
+  grep -h "priors\|Prior" $dir/log/adjust_priors.final.log | grep -v "^nnet3\|^#" | sed "s|^|$0: |" || true
   stage_done "stage 7"
 fi
 
@@ -229,10 +253,16 @@ if [ $stage -le 8 ]; then
   nnet3-am-info $dir/final.mdl > $dir/final.info 2> $dir/log/am_info.log
   grep "^num-pdfs\|^left-context\|^right-context\|^prior dimension\|^# Nnet info\|^num-parameters" \
     $dir/final.info | sed "s|^|$0:   |"
-  nnet3-compute --use-priors=true $dir/final.mdl ark:$data/test/feats.ark ark,t:$dir/test_loglikes.txt \
-    2> $dir/log/compute.log
+  $train_cmd $dir/log/compute.log \
+    nnet3-compute --use-priors=true $dir/final.mdl ark:$data/test/feats.ark ark,t:$dir/test_loglikes.txt
   echo "$0: wrote $(grep -c '\[' $dir/test_loglikes.txt) utterances of scaled log-likelihoods" \
        "(log-posteriors minus log-priors) to $dir/test_loglikes.txt"
   stage_done "stage 8"
 fi
+if [ $stage -le 9 ]; then
+  echo "$0: stage 9: a picture of the training progress (objective and accuracy per iteration)"
+  nnet3-plot-progress $dir $dir/progress.png 2> $dir/log/plot_progress.log
+  stage_done "stage 9"
+fi
 echo "$0: done in $SECONDS s; models and logs in $dir/ (log/ has each command's Kaldi-style log)"
+echo "$0: training progress: $dir/progress.png; logs: $dir/log/"

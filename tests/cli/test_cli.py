@@ -12,6 +12,7 @@ import pytest
 from pynnet3.cli import BINARIES
 from pynnet3.cli.common import normalize_argv
 from pynnet3.cli.copy import command as copy_command
+from pynnet3.dispatch import DISPATCHERS
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "egs" / "mini_tdnn" / "conf" / "tdnn.config"
@@ -28,8 +29,9 @@ def run(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
 def test_pyproject_lists_every_binary() -> None:
     with open(ROOT / "pyproject.toml", "rb") as f:
         scripts = tomllib.load(f)["project"]["scripts"]
-    assert scripts == BINARIES
-    for name in BINARIES:
+    # the nnet3 binaries, and the job runners cmd.sh names (run.pl, queue.pl, slurm.pl)
+    assert scripts == {**BINARIES, **DISPATCHERS}
+    for name in {**BINARIES, **DISPATCHERS}:
         assert (ROOT / "bin" / name).exists(), f"bin/{name} launcher missing"
 
 

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from pynnet3.errors import ConfigError
 from pynnet3.io.kaldi_io import KaldiReader, KaldiWriter
 from pynnet3.nnet.index import Index
 
@@ -58,7 +59,7 @@ def test_statistics_pooling_hooks_and_propagate():
     assert c.output_dim() == 5
     assert c.get_input_indexes(None, Index(0, 6, 0)) == [Index(0, 2), Index(0, 4), Index(0, 6),
                                                           Index(0, 8)]
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError, match="not a multiple of its input-period 2"):
         c.get_input_indexes(None, Index(0, 5, 0))
     assert c.is_computable(None, Index(0, 5, 0), {Index(0, 4)}) == (False, [])
     assert c.is_computable(None, Index(0, 6, 0), {Index(0, 4), Index(0, 10)}) == (

@@ -25,6 +25,7 @@ BINARIES = {
     "nnet3-average": "pynnet3.cli.average:main",
     "nnet3-combine": "pynnet3.cli.combine:main",
     "nnet3-show-progress": "pynnet3.cli.show_progress:main",
+    "nnet3-plot-progress": "pynnet3.cli.plot_progress:main",
     "nnet3-compute-request": "pynnet3.cli.compute_request:main",
     "nnet3-subset-egs": "pynnet3.cli.subset_egs:main",
     "nnet3-get-egs-simple": "pynnet3.cli.get_egs_simple:main",

@@ -167,15 +167,15 @@ def _read_config_file(path: str, seen: set[str]) -> list[str]:
         raise UsageError(f"--config file {path} includes itself")
     seen = seen | {path}
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        with open(path, "rb") as f:
+            data = f.read()
     except OSError as e:
         raise UsageError(f"cannot read --config file {path}: {e.strerror}") from None
+    from ..nnet.config_line import read_config_lines
+
     args: list[str] = []
-    for num, raw in enumerate(text.splitlines(), start=1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
+    # Kaldi reads option files as bytes: anything goes in a comment.
+    for num, line in read_config_lines(data, path):
         if not line.startswith("--"):
             raise UsageError(f"{path}:{num}: expected --option=value, got '{line}'")
         if line.startswith("--config="):

@@ -56,12 +56,16 @@ e.g.:
 @disk_cache_options(note="")
 @click.option("--print", "print_computation", type=BOOL, default=False, show_default=True,
               help="Write the computation in Kaldi's printed format to stdout.")
+@click.option("--plot-memory", "plot_memory", default="",
+              help="(pynnet3) Draw the matrix memory allocated after each command of the "
+              "computation (peak marked, backward pass shaded) to this file; .png, .svg or "
+              ".pdf by its extension.")
 @click.argument("args", nargs=-1)
 def command(num_sequences: int, frames_per_chunk: int, extra_left_context: int,
             extra_right_context: int, frame_subsampling_factor: int,
             need_model_derivative: bool, need_input_derivative: bool, outputs: str,
             ivector: bool, store_component_stats: bool, request_file: str, optimize: bool,
-            cache_dir: str, use_disk_cache: bool, print_computation: bool,
+            cache_dir: str, use_disk_cache: bool, print_computation: bool, plot_memory: str,
             args: tuple[str, ...], **kw: Any) -> None:
     check_num_args(args, (1, 2))
     if len(args) == 2 and args[1].strip() == "-" and print_computation:
@@ -100,10 +104,28 @@ def command(num_sequences: int, frames_per_chunk: int, extra_left_context: int,
         sys.stdout.flush()
     if len(args) == 2:
         write_wxfilename(args[1], computation_to_bytes(computation))
+    if plot_memory:
+        _plot_memory(computation, plot_memory, args[0])
     log.log(compiler.timing_summary())
     log.log(f"Computation has {len(computation.commands)} commands, "
             f"{len(computation.matrices)} matrices" +
             (f"; wrote it to {args[1]}" if len(args) == 2 else ""))
+
+
+def _plot_memory(computation, path: str, source: str) -> None:
+    from .. import log
+    from ..optimize.memory_profile import memory_profile
+    from .pictures import draw_memory_profile
+
+    profile = memory_profile(computation)
+    what = "training" if computation.need_model_derivative else "computation"
+    draw_memory_profile(profile, path, title=f"{source}: matrix memory over the {what} "
+                        f"({profile.num_commands} commands, {len(computation.matrices) - 1} "
+                        "matrices)")
+    log.log(f"Wrote the memory profile to {path}: peak {profile.peak} bytes after "
+            f"command c{profile.peak_index}" + (
+                f", backward pass from c{profile.backward_start}"
+                if profile.backward_start >= 0 else ""))
 
 
 def computation_figures(computation) -> str:

@@ -39,6 +39,7 @@ def command(batchnorm_test_mode: bool, dropout_test_mode: bool, collapse_model: 
     from ..nnet.utils import set_batchnorm_test_mode, set_dropout_test_mode
     from ..train.diagnostics import NnetComputeProb
     from ..train.egs import iter_examples
+    from .progress import Progress
 
     optimize, compiler, debug = build_compile_options(kwargs)
     nnet = read_nnet(args[0])
@@ -54,8 +55,15 @@ def command(batchnorm_test_mode: bool, dropout_test_mode: bool, collapse_model: 
                                           compress_matrices=False))
     # Kaldi's nnet3-compute-prob has no GPU option: it runs on the CPU.
     prob_computer = NnetComputeProb(opts, nnet, backend="cpu")
-    for _, eg in iter_examples(args[1]):
-        prob_computer.compute(eg)
+    # A progress line on stderr when it is a terminal (never in a log file).
+    progress = Progress("nnet3-compute-prob", unit="frames")
+    try:
+        for _, eg in iter_examples(args[1]):
+            prob_computer.compute(eg)
+            progress.update(1, sum(io.indexes.shape[0] for io in eg.io
+                                   if nnet.is_output_node(nnet.get_node_index(io.name))))
+    finally:
+        progress.close()
     if not prob_computer.print_total_stats():
         raise click.exceptions.Exit(1)
 

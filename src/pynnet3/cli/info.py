@@ -19,12 +19,17 @@ Usage:  nnet3-info [options] <raw-nnet>
 e.g.:
  nnet3-info 0.raw
  nnet3-info 0.raw train.cmp
+ nnet3-info --graph=net.png final.mdl
 See also: nnet3-am-info, nnet3-compile"""
 
 
 @kaldi_command(USAGE)
+@click.option("--graph", "graph", default="",
+              help="(pynnet3) Also draw the network's node graph (input, component and "
+              "output nodes with their dims, Descriptors on the edges) to this file; "
+              ".png, .svg or .pdf by its extension.")
 @click.argument("args", nargs=-1)
-def command(args: tuple[str, ...]) -> None:
+def command(graph: str, args: tuple[str, ...]) -> None:
     check_num_args(args, (1, 2))
     from ..compile.computation_io import computation_from_bytes, is_computation_file
     from ..compile.graph.context import nnet_info
@@ -36,16 +41,36 @@ def command(args: tuple[str, ...]) -> None:
     if not is_computation_file(data):
         if len(args) == 2:
             raise UsageError(f"{args[1]} is not a computation written by nnet3-compile")
-        sys.stdout.write(nnet_info(nnet_from_bytes(data, args[0])))
+        nnet = nnet_from_bytes(data, args[0])
+        sys.stdout.write(nnet_info(nnet))
         sys.stdout.flush()
+        if graph:
+            _draw_graph(nnet, graph, args[0])
         return
     computation = computation_from_bytes(data, args[-1])
+    if graph and len(args) == 1:
+        raise UsageError("--graph needs the network: nnet3-info --graph=<file> <raw-nnet> "
+                         "[<computation>]")
     if len(args) == 2:
         nnet = nnet_from_bytes(read_rxfilename(args[0]), args[0])
+        if graph:
+            _draw_graph(nnet, graph, args[0])
         _check_fits(computation, nnet, args)
         sys.stdout.write(computation.print(nnet.component_names, nnet.node_names))
     sys.stdout.write(computation.summary())
     sys.stdout.flush()
+
+
+def _draw_graph(nnet, path: str, source: str) -> None:
+    from .. import log
+    from ..nnet.graph_layout import layout_nnet_graph
+    from .pictures import draw_network_graph
+
+    layout = layout_nnet_graph(nnet)
+    draw_network_graph(layout, path, title=f"{source}: {len(layout.nodes)} nodes, "
+                       f"{nnet.num_parameters()} parameters")
+    log.log(f"Wrote the graph of {len(layout.nodes)} nodes in {layout.num_levels} levels "
+            f"to {path}")
 
 
 def _check_fits(computation, nnet, args: tuple[str, ...]) -> None:

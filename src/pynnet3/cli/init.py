@@ -37,7 +37,7 @@ def command(binary: bool, srand: int, args: tuple[str, ...]) -> None:
         nnet = read_nnet(args[0])
         log.log(f"Read raw neural net from {args[0]}")
     config_in, raw_out = args[-2], args[-1]
-    nnet.read_config(read_rxfilename(config_in).decode("utf-8"), config_in)
+    nnet.read_config(read_rxfilename(config_in), config_in)
     write_nnet(raw_out, nnet, binary)
     log.log(f"Initialized raw neural net and wrote it to {raw_out}")
 

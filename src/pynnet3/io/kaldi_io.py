@@ -20,16 +20,19 @@ offset; models are small enough for that, and it keeps parsing fast.
 from __future__ import annotations
 
 import io
+import math
 import os
+import re
 import struct
 from typing import BinaryIO
 
 import numpy as np
 
-from ..errors import FormatError
-from .atomic import atomic_write  # noqa: F401  (the writers' atomic write; re-exported)
+from ..errors import FormatError, UsageError
+from .atomic import atomic_write, open_atomic  # noqa: F401  (atomic_write re-exported)
 
 BINARY_HEADER = b"\0B"
+_INT32_MIN, _INT32_MAX = -(2 ** 31), 2 ** 31 - 1
 _WS = b" \t\n\r\v\f"
 
 
@@ -144,9 +147,14 @@ class KaldiReader:
             return value
         word = self._read_word()
         try:
-            return int(word)
+            value = int(word)
         except ValueError:
             raise self.error(f"expected an integer, got {word[:40]!r}") from None
+        if not _INT32_MIN <= value <= _INT32_MAX:
+            # Kaldi's ReadBasicType<int32> fails on this (stream overflow).
+            raise self.error(f"integer {word[:40].decode(errors='replace')} is out of "
+                             "int32's range")
+        return value
 
     def read_float(self) -> float:
         """A float or double, returned as a Python float (float32-rounded for float)."""
@@ -316,9 +324,12 @@ class KaldiReader:
             return arr.astype(np.int64).tolist()
         body = self._read_text_bracketed()
         try:
-            return [int(w) for w in body.split()]
+            values = [int(w) for w in body.split()]
         except ValueError:
             raise self.error("bad integer inside integer vector") from None
+        if values and not (_INT32_MIN <= min(values) and max(values) <= _INT32_MAX):
+            raise self.error("integer out of int32's range inside integer vector")
+        return values
 
 
 class KaldiWriter:
@@ -347,9 +358,17 @@ class KaldiWriter:
 
     def write_float(self, value: float) -> None:
         if self.binary:
-            self.buf.write(b"\x04" + struct.pack("<f", value))
+            try:
+                packed = struct.pack("<f", value)
+            except OverflowError:
+                # A double beyond float's range becomes +-inf, as C++'s
+                # conversion to float gives (struct refuses it).
+                packed = struct.pack("<f", math.copysign(math.inf, value))
+            self.buf.write(b"\x04" + packed)
         else:
-            self.buf.write((format_float(float(np.float32(value))) + " ").encode())
+            with np.errstate(over="ignore"):       # beyond float's range: inf, as in C++
+                value = float(np.float32(value))
+            self.buf.write((format_float(value) + " ").encode())
 
     def write_double(self, value: float) -> None:
         if self.binary:
@@ -407,36 +426,211 @@ class KaldiWriter:
 # Opening Kaldi rxfilenames / wxfilenames
 
 
-def read_rxfilename(rxfilename: str) -> bytes:
-    """All bytes of a Kaldi rxfilename: a path, ``-`` (stdin) or ``"cmd |"``.
+_OFFSET_SUFFIX = re.compile(r"^(.*):(\d+)$")
 
-    Kaldi's offset form ``file:123`` is also accepted.
-    """
-    from kaldiio.utils import open_like_kaldi
 
-    name = rxfilename
-    offset = None
-    stripped = name.strip()
-    if not stripped.endswith("|") and stripped != "-" and ":" in stripped:
-        base, _, off = stripped.rpartition(":")
-        if off.isdigit() and os.path.exists(base):
-            name, offset = base, int(off)
+def _looks_like_specifier(name: str) -> bool:
+    """``ark:x``, ``scp,p:x``, ``b,ark:x`` ...: an rspecifier / wspecifier given
+    where a file name is wanted (Kaldi refuses these as file names)."""
+    head, colon, _ = name.partition(":")
+    if not colon:
+        return False
+    parts = head.replace(" ", ",").split(",")
+    flags = {"b", "t", "o", "no", "p", "np", "s", "ns", "cs", "ncs", "bg", "f", "nf"}
+    return any(p in ("ark", "scp") for p in parts) and all(
+        p in flags or p in ("ark", "scp") for p in parts)
+
+
+def classify_rxfilename(rxfilename: str) -> str:
+    """Kaldi's ClassifyRxfilename (after stripping surrounding space, which
+    pynnet3 tolerates): ``stdin``, ``pipe`` (``cmd |``), ``offset``
+    (``file:123``) or ``file``; anything else is a UsageError."""
+    name = rxfilename.strip()
+    if name in ("", "-"):
+        return "stdin"
+    if name.startswith("|"):
+        raise UsageError(f"invalid rxfilename '{rxfilename}': '| cmd' is an output pipe; "
+                         "an input pipe is written 'cmd |'")
+    if name.endswith("|"):
+        return "pipe"
+    if _looks_like_specifier(name):
+        raise UsageError(f"invalid rxfilename '{rxfilename}': it looks like an rspecifier "
+                         "(a single file name or 'cmd |' is expected here)")
+    if "|" in name:
+        raise UsageError(f"invalid rxfilename '{rxfilename}': pipe symbol in the wrong "
+                         "place (an input pipe is written 'cmd |')")
+    m = _OFFSET_SUFFIX.match(name)
+    if m and not os.path.exists(name):
+        return "offset"
+    return "file"
+
+
+def classify_wxfilename(wxfilename: str) -> str:
+    """Kaldi's ClassifyWxfilename (after stripping surrounding space):
+    ``stdout``, ``pipe`` (``| cmd``) or ``file``.  What Kaldi calls
+    kNoOutput is a UsageError here: a trailing ``|`` (that is an *input*
+    pipe), a ``|`` elsewhere, a wspecifier, or ``file:123`` (offsets are for
+    reading only).  Without this, ``x.raw |`` became a file of that name."""
+    name = wxfilename.strip()
+    if name in ("", "-"):
+        return "stdout"
+    if name.startswith("|"):
+        return "pipe"
+    if name.endswith("|"):
+        raise UsageError(f"invalid wxfilename '{wxfilename}': 'cmd |' is an input pipe; an "
+                         "output pipe is written '| cmd' (e.g. '| gzip -c > x.gz')")
+    if _looks_like_specifier(name):
+        raise UsageError(f"invalid wxfilename '{wxfilename}': it looks like a wspecifier "
+                         "(a single file name or '| cmd' is expected here)")
+    if _OFFSET_SUFFIX.match(name):
+        raise UsageError(f"invalid wxfilename '{wxfilename}': 'file:offset' can only be read")
+    if "|" in name:
+        raise UsageError(f"invalid wxfilename '{wxfilename}': pipe symbol in the wrong "
+                         "place (an output pipe is written '| cmd')")
+    return "file"
+
+
+class PipeStream:
+    """A shell command's stdout (``cmd |``) or stdin (``| cmd``) as a binary
+    stream, like Kaldi's PipeInputImpl / PipeOutputImpl.
+
+    :meth:`close` waits for the command and returns what ``pclose`` gives in
+    Kaldi (the exit status times 256, or the signal number; 0 for success),
+    warning as Kaldi does when it is not 0.  Whether that is an error is the
+    caller's decision (Kaldi: when the data read was incomplete, when a table
+    was read to its end, or always for an output pipe)."""
+
+    def __init__(self, rxfilename: str, writing: bool) -> None:
+        import subprocess
+
+        self.name = rxfilename
+        command = rxfilename.strip()
+        command = command[1:] if writing else command[:-1]
+        # os.fsencode: a command holding non-UTF-8 bytes (from argv or a
+        # script file, decoded with surrogateescape) runs with its own bytes.
+        self._proc = subprocess.Popen(os.fsencode(command), shell=True,
+                                      stdin=subprocess.PIPE if writing else None,
+                                      stdout=None if writing else subprocess.PIPE)
+        stream = self._proc.stdin if writing else self._proc.stdout
+        assert stream is not None
+        self._stream: BinaryIO | None = stream
+
+    def read(self, size: int = -1) -> bytes:
+        assert self._stream is not None
+        return self._stream.read(size)
+
+    def write(self, data: bytes) -> int:
+        assert self._stream is not None
+        return self._stream.write(data)
+
+    def flush(self) -> None:
+        if self._stream is not None:
+            self._stream.flush()
+
+    def close(self) -> int:
+        if self._stream is None:
+            return 0
+        stream, self._stream = self._stream, None
+        try:
+            stream.close()
+        finally:
+            code = self._proc.wait()
+        status = code << 8 if code >= 0 else -code
+        if status:
+            from .. import log
+
+            how = f"exit status {code}" if code >= 0 else f"killed by signal {-code}"
+            log.warn(f"Pipe {self.name} had nonzero return status {status} ({how})")
+        return status
+
+    def __enter__(self) -> "PipeStream":
+        return self
+
+    def __exit__(self, *args: object) -> None:
+        self.close()
+
+
+class _StdStream:
+    """stdin / stdout for a table or object: closing it flushes, never closes."""
+
+    def __init__(self, f: BinaryIO) -> None:
+        self._f = f
+
+    def read(self, size: int = -1) -> bytes:
+        return self._f.read(size)
+
+    def write(self, data: bytes) -> int:
+        return self._f.write(data)
+
+    def flush(self) -> None:
+        self._f.flush()
+
+    def close(self) -> int:
+        if self._f.writable():
+            self._f.flush()
+        return 0
+
+
+def open_input(rxfilename: str) -> BinaryIO:
+    """A readable binary stream for a Kaldi rxfilename: ``-``, ``cmd |``,
+    ``file:offset`` or a file.  A pipe's ``close()`` returns its status."""
+    import sys
+
+    kind = classify_rxfilename(rxfilename)
+    name = rxfilename.strip()
     try:
-        f = open_like_kaldi(name, "rb")
+        if kind == "stdin":
+            return _StdStream(sys.stdin.buffer)  # type: ignore[return-value]
+        if kind == "pipe":
+            return PipeStream(name, writing=False)  # type: ignore[return-value]
+        if kind == "offset":
+            m = _OFFSET_SUFFIX.match(name)
+            assert m is not None
+            f = open(m.group(1), "rb")
+            f.seek(int(m.group(2)))
+            return f
+        return open(name, "rb")
     except OSError as e:
-        raise FormatError(f"could not open for reading: {e.strerror or e}", where=rxfilename) from None
+        raise FormatError(f"could not open for reading: {e.strerror or e}",
+                          where=rxfilename) from None
+
+
+def open_output(wxfilename: str) -> BinaryIO:
+    """A writable binary stream for ``-``, ``| cmd`` or a file (a file is
+    written under a temporary name and renamed into place when closed)."""
+    import sys
+
+    kind = classify_wxfilename(wxfilename)
+    name = wxfilename.strip()
     try:
-        if offset is not None:
-            f.seek(offset)
+        if kind == "stdout":
+            return _StdStream(sys.stdout.buffer)  # type: ignore[return-value]
+        if kind == "pipe":
+            return PipeStream(name, writing=True)  # type: ignore[return-value]
+        # A file appears complete when closed, or not at all (see io/atomic.py).
+        return open_atomic(name)
+    except OSError as e:
+        raise FormatError(f"could not open for writing: {e.strerror or e}",
+                          where=wxfilename) from None
+
+
+def read_rxfilename(rxfilename: str) -> bytes:
+    """All bytes of a Kaldi rxfilename: a path, ``-`` (stdin), ``"cmd |"`` or
+    ``file:123`` (from that offset).
+
+    A pipe whose command fails is warned about (as Kaldi's Input::Close
+    does); what it produced is returned and the parser decides whether it is
+    complete, so a failing command that wrote a whole object is only a
+    warning, as in Kaldi, and an incomplete one is an error there.
+    """
+    f = open_input(rxfilename)
+    try:
         data = f.read()
     finally:
-        if f not in (getattr(__import__("sys").stdin, "buffer", None),):
-            try:
-                f.close()
-            except Exception:
-                pass
-    if stripped.endswith("|") and not data:
-        raise FormatError("command produced no output", where=rxfilename)
+        status = f.close()
+    if not data and classify_rxfilename(rxfilename) == "pipe":
+        detail = f" (it failed: status {status})" if status else ""
+        raise FormatError(f"command produced no output{detail}", where=rxfilename)
     return data
 
 
@@ -449,18 +643,18 @@ def open_kaldi_object(rxfilename: str) -> KaldiReader:
 
 
 def write_wxfilename(wxfilename: str, data: bytes) -> None:
-    """Write bytes to a Kaldi wxfilename: a path (atomically), ``-`` or ``"| cmd"``."""
+    """Write bytes to a Kaldi wxfilename: a path (atomically), ``-`` or
+    ``"| cmd"`` (a command that exits non-zero is warned about, as Kaldi's
+    PipeOutputImpl::Close does)."""
     import sys
 
-    stripped = wxfilename.strip()
-    if stripped == "-":
+    kind = classify_wxfilename(wxfilename)
+    if kind == "stdout":
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
         return
-    if stripped.startswith("|"):
-        from kaldiio.utils import open_like_kaldi
-
-        f: BinaryIO = open_like_kaldi(wxfilename, "wb")
+    if kind == "pipe":
+        f = PipeStream(wxfilename, writing=True)
         try:
             f.write(data)
         finally:
@@ -521,10 +715,13 @@ def read_int_pair_vector(r: KaldiReader) -> list[tuple[int, int]]:
     try:
         for word in data[pos + 1:end].split():
             a, b = word.split(b",")
-            out.append((int(a), int(b)))
+            pair = (int(a), int(b))
+            if not (_INT32_MIN <= min(pair) and max(pair) <= _INT32_MAX):
+                raise ValueError("out of int32's range")
+            out.append(pair)
     except ValueError:
         r.pos = pos
-        raise r.error("bad element in pair vector") from None
+        raise r.error("bad element in pair vector (expected int32 pairs like 1,2)") from None
     r.pos = end + 1
     return out
 

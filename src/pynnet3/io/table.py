@@ -21,7 +21,6 @@ written object by object.
 """
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Iterator, Protocol
@@ -29,8 +28,7 @@ from typing import Any, BinaryIO, Iterator, Protocol
 import numpy as np
 
 from ..errors import FormatError, UsageError
-from .atomic import open_atomic
-from .kaldi_io import KaldiReader, KaldiWriter
+from .kaldi_io import KaldiReader, KaldiWriter, open_input, open_output
 
 
 class Holder(Protocol):
@@ -122,43 +120,16 @@ def classify_wspecifier(wspecifier: str) -> tuple[str, str, str, WspecifierOptio
 # ---------------------------------------------------------------------------
 # Opening rxfilenames / wxfilenames
 
-_OFFSET = re.compile(r"^(.*):(\d+)$")
-
 
 def open_rxfilename(rxfilename: str) -> BinaryIO:
     """A readable binary stream for ``-``, ``cmd |``, ``file:offset`` or a file."""
-    from kaldiio.utils import open_like_kaldi
-
-    name = rxfilename.strip()
-    try:
-        if name in ("", "-"):
-            return open_like_kaldi("-", "rb")
-        if name.endswith("|"):
-            return open_like_kaldi(name, "rb")
-        m = _OFFSET.match(name)
-        if m and not os.path.exists(name):
-            f = open(m.group(1), "rb")
-            f.seek(int(m.group(2)))
-            return f
-        return open(name, "rb")
-    except OSError as e:
-        raise FormatError(f"could not open for reading: {e.strerror or e}", where=rxfilename) from None
+    return open_input(rxfilename)
 
 
 def open_wxfilename(wxfilename: str) -> BinaryIO:
-    """A writable binary stream for ``-``, ``| cmd`` or a file."""
-    from kaldiio.utils import open_like_kaldi
-
-    name = wxfilename.strip()
-    try:
-        if name in ("", "-"):
-            return open_like_kaldi("-", "wb")
-        if name.startswith("|"):
-            return open_like_kaldi(name, "wb")
-        # A file appears complete when closed, or not at all (see io/atomic.py).
-        return open_atomic(name)
-    except OSError as e:
-        raise FormatError(f"could not open for writing: {e.strerror or e}", where=wxfilename) from None
+    """A writable binary stream for ``-``, ``| cmd`` or a file (Kaldi's
+    ClassifyWxfilename: ``x.ark |`` is refused, not a file of that name)."""
+    return open_output(wxfilename)
 
 
 def close_stream(f: Any, name: str) -> None:
@@ -245,7 +216,9 @@ class ObjectStream:
                     continue
                 raise FormatError(f"invalid archive: key {self.buf[self.pos:self.pos + 40]!r} "
                                   "is not followed by an object", where=self.name)
-            key = self.buf[self.pos:end.start()].decode("utf-8", errors="replace")
+            # Keys are bytes in Kaldi: surrogateescape keeps any byte (and a
+            # writer puts the same bytes back).
+            key = self.buf[self.pos:end.start()].decode("utf-8", errors="surrogateescape")
             c = self.buf[end.start():end.start() + 1]
             if c not in (b" ", b"\t", b"\n"):
                 raise FormatError(f"invalid archive file format: expected space after key {key}",
@@ -278,17 +251,16 @@ class ObjectStream:
             self.pos = r.pos
             return obj
 
-    def close(self) -> None:
-        """Close; a pipe that failed is an error once its output was read to the end
-        (if we stopped early the writer may just have got SIGPIPE: only a warning)."""
+    def close(self, strict: bool = True) -> None:
+        """Close (a failing pipe warns, as Kaldi's Input::Close).  With
+        ``strict``, a pipe that failed is an error once its output was read to
+        the end, as Kaldi's table readers' Close(): the data may be incomplete.
+        (If we stopped early the writer may just have got SIGPIPE.)"""
         status = self.f.close()
-        if status:
-            message = f"pipe had nonzero return status {status}"
-            if self.eof:
-                raise FormatError(message, where=self.name)
-            from .. import log
-
-            log.warn(f"{self.name}: {message}")
+        if status and self.eof and strict:
+            raise FormatError(f"error detected closing archive: the command failed "
+                              f"(status {status}), so its output may be incomplete",
+                              where=self.name)
 
 
 # ---------------------------------------------------------------------------
@@ -312,7 +284,9 @@ def read_object_from(rxfilename: str, holder: Holder) -> Any:
     try:
         obj = stream.read_object(holder)
     finally:
-        stream.close()
+        # A whole object was read: a failing command is only warned about
+        # (Kaldi ignores the status of a script entry's input).
+        stream.close(strict=False)
     if rng:
         extract = getattr(holder, "extract_range", None)
         if extract is None:
@@ -322,21 +296,48 @@ def read_object_from(rxfilename: str, holder: Holder) -> Any:
     return obj
 
 
-def read_script_file(rxfilename: str) -> list[tuple[str, str]]:
-    """Kaldi's ReadScriptFile: lines ``key rxfilename``."""
+_SCRIPT_SPACE = re.compile(r"[ \t\n\r\f\v]+")   # Kaldi's SplitStringOnFirstSpace
+
+
+def read_script_file(rxfilename: str, permissive: bool = False) -> list[tuple[str, str]]:
+    """Kaldi's ReadScriptFile: lines ``key rxfilename``.  Keys and file names
+    are bytes in Kaldi (kept with surrogateescape).  A bad line, or a pipe
+    that failed, is an error; with ``permissive`` a warning, and the lines
+    before it are used (Kaldi's ``p`` option)."""
+    from .. import log
+
     f = open_rxfilename(rxfilename)
     try:
         data = f.read()
     finally:
-        close_stream(f, rxfilename)
+        status = f.close()
+    if status:
+        message = f"command failed (status {status}) reading the script file"
+        if not permissive:
+            raise FormatError(message, where=rxfilename)
+        log.warn(f"{rxfilename}: {message}; ignoring it as permissive mode was specified")
     out = []
-    for num, line in enumerate(data.decode("utf-8").splitlines(), start=1):
-        key, _, rest = line.strip().partition(" ")
-        rest = rest.strip()
-        if not key or not rest:
-            raise FormatError(f"invalid line {num} in script file: '{line}'", where=rxfilename)
-        out.append((key, rest))
+    lines = data.decode("utf-8", "surrogateescape").split("\n")
+    if lines[-1] == "":
+        lines.pop()     # the newline ending the last line
+    for num, line in enumerate(lines, start=1):
+        fields = _SCRIPT_SPACE.split(line.strip(" \t\n\r\f\v"), 1)
+        if len(fields) == 2 and fields[0] and fields[1]:
+            out.append((fields[0], fields[1]))
+        else:
+            message = (f"invalid line {num} in script file (expected 'key rxfilename'): "
+                       f"{line[:80]!r}")
+            if not permissive:
+                raise FormatError(message, where=rxfilename)
+            log.warn(f"{rxfilename}: {message}; stopping there as permissive mode was specified")
+            break
     return out
+
+
+def _load_failed(rspecifier: str, key: str, rx: str, e: Exception) -> FormatError:
+    return FormatError(f"failed to load the object for key {key} from {rx}: {e} (to skip "
+                       "unreadable entries, add the permissive option: 'scp,p:...')",
+                       where=rspecifier)
 
 
 class SequentialTableReader:
@@ -349,26 +350,50 @@ class SequentialTableReader:
         self._stream: ObjectStream | None = None
 
     def __iter__(self) -> Iterator[tuple[str, Any]]:
+        from .. import log
+
+        permissive = self.opts.permissive
         if self.kind == "scp":
-            for key, rx in read_script_file(self.filename):
-                yield key, read_object_from(rx, self.holder)
+            for key, rx in read_script_file(self.filename, permissive):
+                try:
+                    obj = read_object_from(rx, self.holder)
+                except (FormatError, UsageError) as e:
+                    # Kaldi's "p": an entry that cannot be read is as if absent.
+                    if not permissive:
+                        raise _load_failed(self.rspecifier, key, rx, e) from None
+                    log.warn(f"failed to load the object for key {key} from {rx}: {e}; "
+                             "skipping it as permissive mode was specified")
+                    continue
+                yield key, obj
             return
         self._stream = ObjectStream(open_rxfilename(self.filename), self.filename)
+        failed = True
         try:
             while True:
-                key = self._stream.read_key()
-                if key is None:
+                try:
+                    key = self._stream.read_key()
+                    if key is None:
+                        break
+                    obj = self._stream.read_object(self.holder)
+                except FormatError as e:
+                    # Kaldi's "p": a corrupt entry ends the archive, with a warning.
+                    if not permissive:
+                        raise
+                    log.warn(f"object read failed, reading archive {self.filename}: {e}; "
+                             "stopping there as permissive mode was specified")
                     break
-                yield key, self._stream.read_object(self.holder)
+                yield key, obj
+            failed = False
         finally:
             stream, self._stream = self._stream, None
             if stream is not None:
-                stream.close()
+                # After an error, closing must not replace that error.
+                stream.close(strict=not (failed or permissive))
 
     def close(self) -> None:
         if self._stream is not None:
             stream, self._stream = self._stream, None
-            stream.close()
+            stream.close(strict=not self.opts.permissive)
 
     def __enter__(self) -> "SequentialTableReader":
         return self
@@ -393,7 +418,13 @@ class RandomAccessTableReader:
         self._iter: Iterator[tuple[str, Any]] | None = None
         self._reader: SequentialTableReader | None = None
         if self.kind == "scp":
-            self._script = dict(read_script_file(self.filename))
+            entries = read_script_file(self.filename, self.opts.permissive)
+            for key, rx in entries:
+                if key in self._script:
+                    # As Kaldi's RandomAccessTableReader: which one is meant?
+                    raise FormatError(f"script file contains duplicate key: {key}",
+                                      where=self.filename)
+                self._script[key] = rx
         else:
             self._reader = SequentialTableReader(rspecifier, holder)
             self._iter = iter(self._reader)
@@ -405,23 +436,49 @@ class RandomAccessTableReader:
             except StopIteration:
                 self._iter = None
                 break
+            if k in self._cache:
+                # Kaldi's RandomAccessTableReader: which of the two would be
+                # meant is unknown, so this is an error (a sequential reader
+                # just yields both).
+                raise FormatError(f"duplicate key {k} in archive (a random-access "
+                                  "table needs unique keys)", where=self.filename)
             self._cache[k] = obj
             if k == key:
                 return True
         return key in self._cache
 
+    def _load(self, key: str) -> Any:
+        """The object of script entry ``key`` (the last one loaded is kept)."""
+        if key not in self._cache:
+            self._cache = {key: read_object_from(self._script[key], self.holder)}
+        return self._cache[key]
+
     def has_key(self, key: str) -> bool:
         if self.kind == "scp":
-            return key in self._script
+            if key not in self._script:
+                return False
+            if not self.opts.permissive:
+                return True
+            # Kaldi's "p": a key whose entry cannot be read is absent.
+            try:
+                self._load(key)
+            except (FormatError, UsageError) as e:
+                from .. import log
+
+                log.warn(f"failed to load the object for key {key} from {self._script[key]}: "
+                         f"{e}; treating the key as absent as permissive mode was specified")
+                return False
+            return True
         return key in self._cache or self._read_until(key)
 
     def value(self, key: str) -> Any:
         if self.kind == "scp":
-            if key not in self._cache:
-                if key not in self._script:
-                    raise FormatError(f"no key {key} in table", where=self.rspecifier)
-                self._cache = {key: read_object_from(self._script[key], self.holder)}
-            return self._cache[key]
+            if key not in self._script:
+                raise FormatError(f"no key {key} in table", where=self.rspecifier)
+            try:
+                return self._load(key)
+            except (FormatError, UsageError) as e:
+                raise _load_failed(self.rspecifier, key, self._script[key], e) from None
         if not self.has_key(key):
             raise FormatError(f"no key {key} in table", where=self.rspecifier)
         return self._cache[key]
@@ -444,7 +501,10 @@ class RandomAccessTableReader:
 
 
 def is_token(s: str) -> bool:
-    return bool(s) and all(c.isprintable() and not c.isspace() for c in s)
+    """Kaldi's IsToken: no space or control character; other bytes beyond
+    ASCII are fine (here escaped bytes that are not UTF-8, except 0xff)."""
+    return bool(s) and all((c.isprintable() and not c.isspace())
+                           or "\udc80" <= c < "\udcff" for c in s)
 
 
 class TableWriter:
@@ -487,11 +547,12 @@ class TableWriter:
             close_stream(f, self._script_map[key])
             return
         assert self._archive is not None
-        head = key.encode() + b" "
+        head = key.encode("utf-8", "surrogateescape") + b" "
         self._archive.write(head)
         self._offset += len(head)
         if self._script is not None:
-            self._script.write(f"{key} {self.archive_name}:{self._offset}\n".encode())
+            self._script.write(f"{key} {self.archive_name}:{self._offset}\n".encode(
+                "utf-8", "surrogateescape"))
         self._archive.write(body)
         self._offset += len(body)
         if self.opts.flush:
@@ -627,13 +688,17 @@ class TokenHolder:
 
     @staticmethod
     def read(r: KaldiReader) -> str:
-        return r.read_token()
+        # Bytes, like keys (a speaker id is looked up as a key).
+        word = r._read_word()
+        if r.pos < len(r.data):
+            r.pos += 1
+        return word.decode("utf-8", "surrogateescape")
 
     @staticmethod
     def write(w: KaldiWriter, obj: str) -> None:
         if not is_token(obj):
             raise FormatError(f"invalid token '{obj}'")
-        w.write_raw(obj + "\n")
+        w.write_raw((obj + "\n").encode("utf-8", "surrogateescape"))
 
 
 VECTOR_HOLDER = VectorHolder()

@@ -11,9 +11,63 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
+import numpy as np
+
 from ..errors import ConfigError
 
 _VALID_NAME = re.compile(r"^[A-Za-z_][-A-Za-z0-9_.]*$")
+
+INT32_MIN, INT32_MAX = -(2 ** 31), 2 ** 31 - 1
+# What strtoll accepts (base 10) with only whitespace around it: Kaldi's
+# ConvertStringToInteger.  (Python's int() also takes "1_000" and non-ASCII
+# digits, which Kaldi does not.)
+_INT_TEXT = re.compile(r"^[ \t\n\r\v\f]*[+-]?[0-9]+[ \t\n\r\v\f]*$")
+INT32_RANGE = f"{INT32_MIN} .. {INT32_MAX}"
+
+
+def parse_int32(text: str) -> int | None:
+    """Kaldi's ConvertStringToInteger<int32>: the value, or None when ``text``
+    is not a whole decimal integer or is out of int32's range."""
+    if not _INT_TEXT.match(text):
+        return None
+    value = int(text)
+    if value < INT32_MIN or value > INT32_MAX:
+        return None
+    return value
+
+
+# What libstdc++'s num_get accepts for a float, when the whole token is used.
+_REAL_RE = re.compile(r"^[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?$")
+# Kaldi's ConvertStringToReal falls back to these spellings (case-insensitive).
+_INF_NAN = {
+    "INF": float("inf"), "+INF": float("inf"), "-INF": float("-inf"),
+    "INFINITY": float("inf"), "+INFINITY": float("inf"),
+    "-INFINITY": float("-inf"), "NAN": float("nan"), "+NAN": float("nan"),
+    "-NAN": float("nan"), "1.#INF": float("inf"), "-1.#INF": float("-inf"),
+    "1.#QNAN": float("nan"), "-1.#QNAN": float("nan"),
+}
+
+
+def string_to_real(text: str) -> float | None:
+    """Kaldi's ConvertStringToReal<float>: the float32 value, or None.
+
+    Out-of-range values (which become +-inf in float32) fail, as in libstdc++.
+    """
+    if _REAL_RE.match(text):
+        value = float(text)
+        with np.errstate(over="ignore"):
+            rounded = np.float32(value)
+        if np.isinf(rounded):
+            return None
+        return float(rounded)
+    return _INF_NAN.get(text.upper())
+
+
+def int32_error_detail(text: str) -> str:
+    """Why :func:`parse_int32` refused ``text``, for an error message."""
+    if _INT_TEXT.match(text):
+        return f"out of range (allowed range {INT32_RANGE})"
+    return "expected an integer"
 
 
 def is_valid_name(name: str) -> bool:
@@ -111,10 +165,12 @@ class ConfigLine:
         value = self.get_str(key)
         if value is None:
             return default
-        try:
-            return int(value.strip())
-        except ValueError:
-            raise self.error(f"option {key}={value}: expected an integer") from None
+        # Kaldi's GetValue for an int32 fails on anything out of int32's range,
+        # so a huge dimension is refused here, before anything is allocated.
+        parsed = parse_int32(value)
+        if parsed is None:
+            raise self.error(f"option {key}={value}: {int32_error_detail(value)}")
+        return parsed
 
     def require_int(self, key: str) -> int:
         v = self.get_int(key)
@@ -126,10 +182,13 @@ class ConfigLine:
         value = self.get_str(key)
         if value is None:
             return default
-        try:
-            return float(value.strip())
-        except ValueError:
-            raise self.error(f"option {key}={value}: expected a number") from None
+        # Kaldi's GetValue for a BaseFloat: a float32, out of its range fails.
+        parsed = string_to_real(value.strip())
+        if parsed is None:
+            what = ("out of the range of a float" if _REAL_RE.match(value.strip())
+                    else "expected a number")
+            raise self.error(f"option {key}={value}: {what}")
+        return parsed
 
     def require_float(self, key: str) -> float:
         v = self.get_float(key)
@@ -153,20 +212,25 @@ class ConfigLine:
         if value is None:
             return default
         parts = [p for p in re.split(r"[,\s]+", value.strip()) if p]
-        try:
-            return [int(p) for p in parts]
-        except ValueError:
-            raise self.error(f"option {key}={value}: expected a list of integers") from None
+        out = []
+        for p in parts:
+            parsed = parse_int32(p)
+            if parsed is None:
+                raise self.error(f"option {key}={value}: expected a list of integers "
+                                 f"({p}: {int32_error_detail(p)})")
+            out.append(parsed)
+        return out
 
     def get_float_list(self, key: str, default: list[float] | None = None) -> list[float] | None:
         value = self.get_str(key)
         if value is None:
             return default
         parts = [p for p in re.split(r"[,\s:]+", value.strip()) if p]
-        try:
-            return [float(p) for p in parts]
-        except ValueError:
-            raise self.error(f"option {key}={value}: expected a list of numbers") from None
+        out = [string_to_real(p) for p in parts]
+        if None in out:
+            raise self.error(f"option {key}={value}: expected a list of numbers (each in the "
+                             "range of a float)")
+        return [v for v in out if v is not None]
 
     def unused_values(self) -> list[str]:
         return [f"{k}={v[0]}" for k, v in self._data.items() if not v[1]]
@@ -177,17 +241,50 @@ class ConfigLine:
             raise self.error(f"{what}: unrecognized option(s) {' '.join(unused)}")
 
 
-def read_config_lines(text: str, source: str) -> list[tuple[int, str]]:
+def config_bytes(text: str | bytes) -> bytes:
+    """A config as the bytes Kaldi sees.  Text that came from a command line
+    or a file decoded with ``surrogateescape`` turns back into its bytes."""
+    if isinstance(text, bytes):
+        return text
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        # Lone surrogates that are not escaped bytes: keep them as the
+        # (invalid UTF-8) bytes they are, so that they are reported below.
+        return text.encode("utf-8", "surrogatepass")
+
+
+def decode_config_line(raw: bytes, source: str, line_number: int, column: int = 1) -> str:
+    """The text of one config line with its comment already removed.
+
+    Kaldi reads configs as bytes, so any byte is fine in a comment; outside
+    one pynnet3 needs UTF-8 (names, numbers and descriptors are ASCII anyway),
+    and names the first offending byte and its 1-based column (``column`` is
+    that of ``raw[0]`` in the file's line).
+    """
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"byte 0x{raw[e.start]:02x} at column {column + e.start} is not "
+                          "valid UTF-8 text (bytes that are not UTF-8 are allowed only in "
+                          "comments)", source, line_number) from None
+
+
+def read_config_lines(text: str | bytes, source: str) -> list[tuple[int, str]]:
     """Kaldi's ReadConfigLines: drop comments (``#`` onwards) and blank lines.
 
     Returns (1-based line number, line) pairs so that later errors can point
-    at the line.
+    at the line.  ``text`` may be the file's bytes: a comment may hold any
+    bytes (Latin-1 accents, say); the rest of a line must be UTF-8.
     """
     out: list[tuple[int, str]] = []
-    for i, raw in enumerate(text.splitlines(), start=1):
-        line = raw.split("#", 1)[0].strip()
-        if line:
-            out.append((i, line))
+    for i, raw in enumerate(config_bytes(text).splitlines(), start=1):
+        content = raw.split(b"#", 1)[0]
+        stripped = content.lstrip()
+        start = len(content) - len(stripped)
+        stripped = stripped.rstrip()
+        if stripped:
+            out.append((i, decode_config_line(stripped, source, i, start + 1)))
     return out
 
 

@@ -17,13 +17,12 @@ canonical text, so :func:`_normalize` follows Kaldi's pass structure exactly
 """
 from __future__ import annotations
 
-import re
 from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from ..errors import ConfigError
-from .config_line import is_valid_name
+from .config_line import is_valid_name, parse_int32, string_to_real
 from .descriptor import (BinarySumDescriptor, ConstantSumDescriptor, Descriptor,
                          ForwardingDescriptor, OffsetForwardingDescriptor, OptionalSumDescriptor,
                          ReplaceIndexForwardingDescriptor, RoundingForwardingDescriptor,
@@ -54,43 +53,9 @@ _KEYWORDS = frozenset([K_APPEND, K_SUM, K_FAILOVER, K_IF_DEFINED, K_OFFSET,
 REPLACE_T = 1
 REPLACE_X = 2
 
-_INT32_MIN, _INT32_MAX = -(2 ** 31), 2 ** 31 - 1
-_INT_RE = re.compile(r"^[+-]?[0-9]+$")
-# What libstdc++'s num_get accepts for a float, when the whole token is used.
-_REAL_RE = re.compile(r"^[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?$")
-# Kaldi's ConvertStringToReal falls back to these spellings (case-insensitive).
-_INF_NAN = {
-    "INF": float("inf"), "+INF": float("inf"), "-INF": float("-inf"),
-    "INFINITY": float("inf"), "+INFINITY": float("inf"),
-    "-INFINITY": float("-inf"), "NAN": float("nan"), "+NAN": float("nan"),
-    "-NAN": float("nan"), "1.#INF": float("inf"), "-1.#INF": float("-inf"),
-    "1.#QNAN": float("nan"), "-1.#QNAN": float("nan"),
-}
-
-
-def string_to_real(text: str) -> Optional[float]:
-    """Kaldi's ConvertStringToReal<float>: the float32 value, or None.
-
-    Out-of-range values (which become +-inf in float32) fail, as in libstdc++.
-    """
-    if _REAL_RE.match(text):
-        value = float(text)
-        with np.errstate(over="ignore"):
-            rounded = np.float32(value)
-        if np.isinf(rounded):
-            return None
-        return float(rounded)
-    return _INF_NAN.get(text.upper())
-
-
 def string_to_int32(text: str) -> Optional[int]:
     """Kaldi's ConvertStringToInteger<int32>: the value, or None."""
-    if not _INT_RE.match(text):
-        return None
-    value = int(text)
-    if value < _INT32_MIN or value > _INT32_MAX:
-        return None
-    return value
+    return parse_int32(text)
 
 
 def tokenize_descriptor(text: str) -> list[tuple[str, int]]:

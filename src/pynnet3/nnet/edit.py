@@ -42,13 +42,13 @@ class NnetEditOptions:
 def edit_nnet(nnet: Nnet, opts: NnetEditOptions,
               after_edits: Callable[[], None] | None = None) -> None:
     if opts.nnet_config:
-        nnet.read_config(read_rxfilename(opts.nnet_config).decode("utf-8"), opts.nnet_config)
+        nnet.read_config(read_rxfilename(opts.nnet_config), opts.nnet_config)
     if opts.learning_rate >= 0:
         set_learning_rate(opts.learning_rate, nnet)
     if opts.scale != 1.0:
         scale_nnet(opts.scale, nnet)
     if opts.edits_config:
-        read_edit_config(read_rxfilename(opts.edits_config).decode("utf-8"), nnet,
+        read_edit_config(read_rxfilename(opts.edits_config), nnet,
                          opts.edits_config)
     if opts.edits:
         read_edit_config(opts.edits.replace(";", "\n"), nnet, "--edits")

@@ -187,8 +187,9 @@ class Nnet:
                 if not self.is_component_input_node(n)]
 
     # -- reading configs (nnet3-init) -------------------------------------------
-    def read_config(self, text: str, source: str = "<config>") -> None:
-        """Apply a config file (Kaldi's Nnet::ReadConfig).
+    def read_config(self, text: str | bytes, source: str = "<config>") -> None:
+        """Apply a config file (Kaldi's Nnet::ReadConfig); ``text`` may be the
+        file's bytes (any bytes are allowed in comments).
 
         Existing nodes are turned back into config lines and the new lines are
         appended; a node defined again replaces its earlier definition, a
@@ -290,7 +291,13 @@ class Nnet:
         comp = new_component_of_type(type_name)
         if comp is None:
             raise cfl.error(f"unknown component type '{type_name}'")
-        comp.init_from_config(cfl)
+        try:
+            comp.init_from_config(cfl)
+        except MemoryError as e:
+            # Dimensions are int32 (checked as they are read) but their product
+            # may still be far beyond memory: a clear error, not a crash.
+            raise cfl.error(f"component {name}: not enough memory to initialize it "
+                            f"({e or 'allocation failed'})") from None
         cfl.check_all_used(f"component {name}")
         index = self.get_component_index(name)
         if index >= 0:
@@ -456,7 +463,7 @@ class Nnet:
             pos = nl + 1
             if not line:
                 break
-            config_lines.append(line.decode("utf-8", errors="replace"))
+            config_lines.append(line)
         r.pos = pos
         r.expect_token("<NumComponents>")
         num_components = r.read_int32()
@@ -470,7 +477,7 @@ class Nnet:
             nnet.components.append(read_component(r))
         r.expect_token("</Nnet3>")
         try:
-            nnet.read_config("\n".join(config_lines), f"{r.name} (config section)")
+            nnet.read_config(b"\n".join(config_lines), f"{r.name} (config section)")
         except ConfigError as e:
             raise FormatError(str(e), where=r.name) from None
         return nnet

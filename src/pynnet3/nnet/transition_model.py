@@ -113,8 +113,8 @@ def _next_token_is(r: KaldiReader, token: str) -> bool:
 
 def _parse_int(r: KaldiReader, word: str, what: str) -> int:
     """A decimal integer as Kaldi's ConvertStringToInteger accepts it."""
-    if not _INT_RE.fullmatch(word):
-        raise r.error(f"reading HmmTopology, expected {what}, got {word[:40]}")
+    if not _INT_RE.fullmatch(word) or not -2 ** 31 <= int(word) < 2 ** 31:
+        raise r.error(f"reading HmmTopology, expected {what} (an int32), got {word[:40]}")
     return int(word)
 
 

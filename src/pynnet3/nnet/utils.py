@@ -122,7 +122,7 @@ def set_node_name(nnet: Nnet, node_index: int, new_name: str) -> None:
     nnet.node_names[node_index] = new_name
 
 
-def read_edit_config(text: str, nnet: Nnet, source: str = "<edits>") -> None:
+def read_edit_config(text: str | bytes, nnet: Nnet, source: str = "<edits>") -> None:
     """Apply an edits config (Kaldi's ReadEditConfig); one directive per line."""
     for cfl in parse_config_lines(read_config_lines(text, source), source):
         d = cfl.first_token

@@ -232,7 +232,7 @@ class AffineComponent(AffineParamsMixin, UpdatableComponent):
         param_stddev = cfl.get_float("param-stddev", 1.0 / math.sqrt(input_dim))
         bias_stddev = cfl.get_float("bias-stddev", 1.0)
         bias_mean = cfl.get_float("bias-mean", 0.0) if read_bias_mean else 0.0
-        if param_stddev < 0.0 or (check_bias_stddev and bias_stddev < 0.0):
+        if not param_stddev >= 0.0 or (check_bias_stddev and not bias_stddev >= 0.0):
             raise self.config_error(cfl, "param-stddev and bias-stddev must be >= 0")
         self.init(input_dim, output_dim, param_stddev, bias_stddev, bias_mean)
 
@@ -778,7 +778,7 @@ class BlockAffineComponent(AffineParamsMixin, UpdatableComponent):
         param_stddev = cfl.get_float("param-stddev", 1.0 / math.sqrt(input_dim // num_blocks))
         bias_stddev = cfl.get_float("bias-stddev", 1.0)
         bias_mean = cfl.get_float("bias-mean", 0.0)
-        if param_stddev < 0.0 or bias_stddev < 0.0:
+        if not (param_stddev >= 0.0 and bias_stddev >= 0.0):  # NaN too
             raise self.config_error(cfl, "param-stddev and bias-stddev must be >= 0")
         self.linear_params = random_params(output_dim, input_dim // num_blocks, param_stddev)
         self.bias_params = random_bias(output_dim, bias_stddev, bias_mean)
@@ -896,7 +896,7 @@ class RepeatedAffineComponent(AffineParamsMixin, UpdatableComponent):
         param_stddev = cfl.get_float("param-stddev", 1.0 / math.sqrt(input_dim // num_repeats))
         bias_mean = cfl.get_float("bias-mean", 0.0)
         bias_stddev = cfl.get_float("bias-stddev", 0.0)
-        if param_stddev < 0.0:
+        if not param_stddev >= 0.0:  # NaN too
             raise self.config_error(cfl, "param-stddev must be >= 0")
         self.num_repeats = num_repeats
         self.linear_params = random_params(output_dim // num_repeats,

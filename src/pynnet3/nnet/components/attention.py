@@ -51,6 +51,10 @@ class RestrictedAttentionMemo:
 
 @register
 class RestrictedAttentionComponent(Component):
+    """Kaldi's RestrictedAttentionComponent: multi-head self-attention over a limited window of
+    frames (num-left-inputs/num-right-inputs at time-stride), optionally with the attention
+    weights appended to the output (output-context)."""
+
     type_name = "RestrictedAttentionComponent"
 
     def __init__(self) -> None:

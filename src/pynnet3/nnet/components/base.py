@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import enum
 import math
+import os
 from typing import Any, ClassVar
 
 import numpy as np
 
 from ...errors import ConfigError, FormatError
 from ...io.kaldi_io import KaldiReader, KaldiWriter, open_kaldi_object
-from ..config_line import ConfigLine
+from ..config_line import ConfigLine, int32_error_detail, parse_int32
 
 
 class Prop(enum.IntFlag):
@@ -523,8 +524,25 @@ def rng() -> np.random.Generator:
     return _RNG
 
 
+def _physical_memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return 1 << 62
+
+
 def randn(*shape: int) -> np.ndarray:
-    """Standard-normal float32 array (Kaldi's SetRandn)."""
+    """Standard-normal float32 array (Kaldi's SetRandn).
+
+    A size that could never fit (the float64 draw is bigger than the
+    machine's memory, or than any array can be) is a MemoryError naming
+    the shape before anything is allocated: otherwise the allocation may
+    succeed lazily and the process be killed while filling it.
+    """
+    size = math.prod(shape)
+    if size * 8 > _physical_memory_bytes():
+        raise MemoryError(f"{size} random parameters (shape {shape}) need "
+                          f"{size * 12 / 2 ** 30:.1f} GiB, more than this machine's memory")
     return _RNG.standard_normal(shape).astype(np.float32)
 
 
@@ -558,11 +576,11 @@ def split_ints(cfl: ConfigLine, key: str, seps: str) -> list[int] | None:
         p = p.strip()
         if not p:
             continue
-        try:
-            out.append(int(p))
-        except ValueError:
+        parsed = parse_int32(p)
+        if parsed is None:
             raise cfl.error(f"option {key}={value}: expected integers separated by "
-                            f"'{seps}'") from None
+                            f"'{seps}' ({p}: {int32_error_detail(p)})")
+        out.append(parsed)
     return out
 
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from ...io.kaldi_io import KaldiReader, KaldiWriter, open_kaldi_object
 from ...log import warn
-from ..config_line import ConfigLine
+from ..config_line import ConfigLine, int32_error_detail, parse_int32
 from ..index import Index
 from .base import (Component, Prop, UpdatableComponent, fmt_g, print_parameter_stats, randn,
                    register)
@@ -30,10 +30,14 @@ from .numeric import add_scaled_f32, scale_arrays
 
 def _split_ints(cfl: ConfigLine, comp: Component, text: str, sep: str, what: str) -> list[int]:
     """Kaldi's SplitStringToIntegers (empty pieces are an error)."""
-    try:
-        return [int(p.strip()) for p in text.split(sep)]
-    except ValueError:
-        raise comp.config_error(cfl, f"bad value {what}={text}") from None
+    out = []
+    for p in text.split(sep):
+        parsed = parse_int32(p)
+        if parsed is None:
+            raise comp.config_error(cfl, f"bad value {what}={text} "
+                                         f"({p.strip()}: {int32_error_detail(p)})")
+        out.append(parsed)
+    return out
 
 
 def _is_sorted_uniq(v: list) -> bool:
@@ -62,6 +66,10 @@ class TimeHeightConvolutionPrecomputedIndexes:
 
 @register
 class TimeHeightConvolutionComponent(UpdatableComponent):
+    """Kaldi's TimeHeightConvolutionComponent: 2-D convolution over time and height (the
+    feature axis), with filters given by time/height offsets; the input and output are
+    height-major blocks of num-filters-in / num-filters-out."""
+
     type_name = "TimeHeightConvolutionComponent"
 
     def __init__(self) -> None:
@@ -394,6 +402,9 @@ K_ZYX = 1
 
 @register
 class ConvolutionComponent(UpdatableComponent):
+    """Kaldi's (older) ConvolutionComponent: 2-D convolution of one frame's x-y-z input
+    patches (filt-x/y-dim, filt-x/y-step) with num-filters filters."""
+
     type_name = "ConvolutionComponent"
 
     def __init__(self) -> None:
@@ -446,6 +457,15 @@ class ConvolutionComponent(UpdatableComponent):
         (self.input_x_dim, self.input_y_dim, self.input_z_dim, self.filt_x_dim,
          self.filt_y_dim, self.filt_x_step, self.filt_y_step) = vals
         self.input_vectorization = vec
+        # Kaldi does not check these (it would divide by zero or assert later).
+        if any(v <= 0 for v in vals):
+            raise self.config_error(cfl, "bad initializer: " + ", ".join(names)
+                                    + " must all be positive")
+        if self.filt_x_dim > self.input_x_dim or self.filt_y_dim > self.input_y_dim:
+            raise self.config_error(cfl, "bad initializer: the filter is larger than the input "
+                                         f"(filt-x-dim={self.filt_x_dim}, input-x-dim="
+                                         f"{self.input_x_dim}, filt-y-dim={self.filt_y_dim}, "
+                                         f"input-y-dim={self.input_y_dim})")
         if (self.filt_x_step <= 0 or self.filt_y_step <= 0
                 or (self.input_x_dim - self.filt_x_dim) % self.filt_x_step != 0
                 or (self.input_y_dim - self.filt_y_dim) % self.filt_y_step != 0):
@@ -461,11 +481,12 @@ class ConvolutionComponent(UpdatableComponent):
             self.bias_params = np.ascontiguousarray(mat[:, filter_dim])
             return
         num_filters = cfl.get_int("num-filters")
-        if num_filters is None:
-            raise self.config_error(cfl, "bad initializer: num-filters is required")
+        if num_filters is None or num_filters < 0:
+            raise self.config_error(cfl, "bad initializer: num-filters is required "
+                                         "(and must not be negative)")
         param_stddev = cfl.get_float("param-stddev", 1.0 / math.sqrt(filter_dim))
         bias_stddev = cfl.get_float("bias-stddev", 1.0)
-        if param_stddev < 0.0 or bias_stddev < 0.0:
+        if not (param_stddev >= 0.0 and bias_stddev >= 0.0):  # NaN too
             raise self.config_error(cfl, "param-stddev and bias-stddev must be >= 0")
         self.filter_params = randn(num_filters, filter_dim) * np.float32(param_stddev)
         self.bias_params = randn(num_filters) * np.float32(bias_stddev)
@@ -594,6 +615,9 @@ class ConvolutionComponent(UpdatableComponent):
 
 @register
 class MaxpoolingComponent(Component):
+    """Kaldi's MaxpoolingComponent: the maximum over pools of size pool-x/y/z-size taken at
+    steps pool-x/y/z-step of one frame's x-y-z input."""
+
     type_name = "MaxpoolingComponent"
 
     _FIELDS = (("<InputXDim>", "input_x_dim"), ("<InputYDim>", "input_y_dim"),

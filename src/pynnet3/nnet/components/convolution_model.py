@@ -68,14 +68,55 @@ def read_int_pair_vector(r: KaldiReader) -> list[tuple[int, int]]:
         raise r.error("unterminated integer pair vector")
     body = data[pos + 1:end]
     pairs = [(int(m.group(1)), int(m.group(2))) for m in _PAIR_RE.finditer(body)]
-    if _PAIR_RE.sub(b"", body).strip():
+    if _PAIR_RE.sub(b"", body).strip() or any(
+            not -2 ** 31 <= v < 2 ** 31 for pair in pairs for v in pair):
         r.pos = pos
-        raise r.error("bad integer pair vector (expected items like 1,2)")
+        raise r.error("bad integer pair vector (expected int32 items like 1,2)")
     r.pos = end + 1
     return pairs
 
 
 # ---------------------------------------------------------------------------
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -((-a) // b)
+
+
+def _first_uncovered(intervals: list[tuple[int, int]], size: int) -> int | None:
+    """The smallest j in [0, size) in none of the half-open ``intervals``."""
+    covered = 0
+    for lo, hi in sorted(intervals):
+        if lo > covered:
+            break
+        covered = max(covered, hi)
+    return covered if covered < size else None
+
+
+def _first_unused_height(height_in: int, s: int, offsets: list[tuple[int, int]],
+                         ranges: list[tuple[int, int]]) -> int | None:
+    """The smallest input height that no (output height, offset) reads.
+
+    Output k reads height k * s + h_off: for offsets with h_off = r (mod s)
+    that is j * s + r with j = k + h_off // s, so each residue class r is
+    covered by intervals of j."""
+    by_residue: dict[int, list[tuple[int, int]]] = {}
+    for (_, h_off), (lo, hi) in zip(offsets, ranges):
+        if lo < hi:
+            q = h_off // s
+            by_residue.setdefault(h_off % s, []).append((lo + q, hi + q))
+    candidates = []
+    for r, intervals in by_residue.items():
+        if r < height_in:
+            j = _first_uncovered(intervals, _ceil_div(height_in - r, s))
+            if j is not None:
+                candidates.append(j * s + r)
+    r = 0                   # the smallest residue that no offset has
+    while r in by_residue:
+        r += 1
+    if r < min(s, height_in):
+        candidates.append(r)
+    return min(candidates, default=None)
 
 
 @dataclass
@@ -138,30 +179,37 @@ class ConvolutionModel:
             return "required time offsets not a subset of all time offsets"
         if any(a >= b for a, b in zip(self.offsets, self.offsets[1:])):
             return "offsets are not sorted and unique"
-        h_in_used = [False] * self.height_in
-        offsets_used = [False] * len(self.offsets)
-        for h_out in range(0, self.height_out * self.height_subsample_out,
-                           self.height_subsample_out):
-            some_input_available = False
-            for i, (t_off, h_off) in enumerate(self.offsets):
-                h_in = h_out + h_off
-                if 0 <= h_in < self.height_in:
-                    offsets_used[i] = True
-                    h_in_used[h_in] = True
-                    if t_off in self.required_time_offsets:
-                        some_input_available = True
-                elif not allow_height_padding:
-                    return "height padding not allowed but is required"
-            if not some_input_available:
-                return (f"for output height {h_out // self.height_subsample_out}, no input is "
-                        "available if only the required time offsets are available")
+        # Kaldi loops over every output height and marks the input heights
+        # used; heights are int32, so that is done here with intervals, in
+        # time independent of the heights (a model read from a file may say
+        # height-in=2147483647).  Output height k (h_out = k * s) reads input
+        # height h_out + h_off for offset i when k is in [lo_i, hi_i).
+        s, num_out, height_in = self.height_subsample_out, self.height_out, self.height_in
+        ranges = [(max(0, _ceil_div(-h_off, s)), min(num_out, _ceil_div(height_in - h_off, s)))
+                  for _, h_off in self.offsets]
+        # The first output height where some offset falls outside the input.
+        first_pad = min((0 if lo > 0 or hi <= lo else hi for lo, hi in ranges
+                         if lo > 0 or hi < num_out), default=None)
+        # The first output height where no required offset reads an input.
+        covered = 0
+        for lo, hi in sorted(rng for (t_off, _), rng in zip(self.offsets, ranges)
+                             if t_off in self.required_time_offsets and rng[0] < rng[1]):
+            if lo > covered:
+                break
+            covered = max(covered, hi)
+        first_none = covered if covered < num_out else None
+        if (not allow_height_padding and first_pad is not None
+                and (first_none is None or first_pad <= first_none)):
+            return "height padding not allowed but is required"
+        if first_none is not None:
+            return (f"for output height {first_none}, no input is "
+                    "available if only the required time offsets are available")
         if check_heights_used:
-            for h, used in enumerate(h_in_used):
-                if not used:
-                    return f"the input at height {h} is never used"
-        for i, used in enumerate(offsets_used):
-            if not used:
-                t_off, h_off = self.offsets[i]
+            unused = _first_unused_height(height_in, s, self.offsets, ranges)
+            if unused is not None:
+                return f"the input at height {unused} is never used"
+        for (t_off, h_off), (lo, hi) in zip(self.offsets, ranges):
+            if lo >= hi:
                 return f"(time,height) offset ({t_off},{h_off}) is never used"
         return ""
 

@@ -305,8 +305,10 @@ class BackpropTruncationComponent(Component):
         zeroing_threshold = cfl.get_float("zeroing-threshold", 15.0)
         zeroing_interval = cfl.get_int("zeroing-interval", 20)
         recurrence_interval = cfl.get_int("recurrence-interval", 1)
-        if (dim is None or dim <= 0 or clipping_threshold < 0 or zeroing_threshold < 0
-                or zeroing_interval < 1 or recurrence_interval < 1):
+        # "not >=" so that a NaN threshold is refused too (Kaldi asserts).
+        if (dim is None or dim <= 0 or not clipping_threshold >= 0
+                or not zeroing_threshold >= 0 or zeroing_interval < 1
+                or recurrence_interval < 1):
             raise self.config_error(cfl, "invalid initializer (need dim > 0, thresholds >= 0, "
                                          "zeroing-interval and recurrence-interval >= 1)")
         if not scale > 0.0:

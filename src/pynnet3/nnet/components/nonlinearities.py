@@ -279,6 +279,8 @@ class NonlinearComponent(Component):
 
 @register
 class SigmoidComponent(NonlinearComponent):
+    """Kaldi's SigmoidComponent: ``y = 1 / (1 + exp(-x))`` element-wise, with self-repair."""
+
     type_name = "SigmoidComponent"
 
     def properties(self) -> int:
@@ -329,6 +331,8 @@ class SigmoidComponent(NonlinearComponent):
 
 @register
 class TanhComponent(NonlinearComponent):
+    """Kaldi's TanhComponent: ``y = tanh(x)`` element-wise, with self-repair."""
+
     type_name = "TanhComponent"
 
     def properties(self) -> int:
@@ -376,6 +380,8 @@ class TanhComponent(NonlinearComponent):
 
 @register
 class RectifiedLinearComponent(NonlinearComponent):
+    """Kaldi's RectifiedLinearComponent: ``y = max(0, x)`` element-wise, with self-repair."""
+
     type_name = "RectifiedLinearComponent"
 
     def properties(self) -> int:
@@ -440,6 +446,8 @@ class RectifiedLinearComponent(NonlinearComponent):
 
 @register
 class SoftmaxComponent(NonlinearComponent):
+    """Kaldi's SoftmaxComponent: softmax of each row (floored at 1e-20)."""
+
     type_name = "SoftmaxComponent"
 
     def properties(self) -> int:
@@ -474,6 +482,8 @@ class SoftmaxComponent(NonlinearComponent):
 
 @register
 class LogSoftmaxComponent(NonlinearComponent):
+    """Kaldi's LogSoftmaxComponent: log-softmax of each row."""
+
     type_name = "LogSoftmaxComponent"
 
     def properties(self) -> int:

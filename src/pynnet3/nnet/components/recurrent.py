@@ -67,6 +67,9 @@ def _zero_or_scale(scale: float, *arrays: np.ndarray) -> None:
 
 @register
 class LstmNonlinearityComponent(UpdatableComponent):
+    """Kaldi's LstmNonlinearityComponent: the element-wise part of an LSTM cell (gates with
+    diagonal peephole weights) on the concatenated affine outputs and the previous cell."""
+
     type_name = "LstmNonlinearityComponent"
 
     _NONLIN_NAMES = ("i_t_sigmoid", "f_t_sigmoid", "c_t_tanh", "o_t_sigmoid", "m_t_tanh")

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ...errors import ConfigError
 from ...io.kaldi_io import (KaldiReader, KaldiWriter, f32, read_int_pair_vector,
                             write_int_pair_vector)
 from ..config_line import ConfigLine
@@ -108,6 +109,14 @@ def _row_range_sums(mat: np.ndarray, ranges: list[tuple[int, int]]) -> np.ndarra
     return cs[r[:, 1]] - cs[r[:, 0]]
 
 
+# The most inputs one statistics component's output may depend on.  Kaldi
+# has no limit, but every output depends on each of them: nnet3-info's context
+# computation (800 outputs) needs that many graph entries per output, and a
+# model saying left-context=2147483647 exhausts any memory.  Kaldi's recipes
+# pool over at most 10000 frames.
+MAX_POOLING_INPUTS = 100000
+
+
 @register
 class StatisticsExtractionComponent(Component):
     """Counts, sums and (optionally) sums of squares of the input over blocks
@@ -146,6 +155,8 @@ class StatisticsExtractionComponent(Component):
         if dim is None or not self._valid():
             raise self.config_error(cfl, "need input-dim > 0, input-period > 0 and "
                                          "output-period a positive multiple of input-period")
+        if self._too_many_inputs():
+            raise self.config_error(cfl, self._too_many_inputs())
 
     def read(self, r: KaldiReader) -> None:
         self.expect_opening_or(r, "<InputDim>")
@@ -159,6 +170,17 @@ class StatisticsExtractionComponent(Component):
         r.expect_token(self.closing_tag())
         if not self._valid():
             raise r.error("invalid StatisticsExtractionComponent configuration")
+        if self._too_many_inputs():
+            raise r.error(f"StatisticsExtractionComponent: {self._too_many_inputs()}")
+
+    def _too_many_inputs(self) -> str:
+        """A reason to refuse absurd periods ('' if fine); see
+        MAX_POOLING_INPUTS (each output sums output-period/input-period inputs)."""
+        span = self.output_period // self.input_period
+        if span > MAX_POOLING_INPUTS:
+            return (f"output-period / input-period = {span} inputs per output; at most "
+                    f"{MAX_POOLING_INPUTS} are supported")
+        return ""
 
     def write(self, w: KaldiWriter) -> None:
         w.write_token(self.opening_tag())
@@ -361,6 +383,10 @@ class StatisticsPoolingComponent(Component):
             return "left-context and right-context must be >= 0 with a positive sum"
         if self.left_context % self.input_period != 0 or self.right_context % self.input_period != 0:
             return "left-context and right-context must be multiples of input-period"
+        span = (self.left_context + self.right_context) // self.input_period + 1
+        if span > MAX_POOLING_INPUTS:
+            return (f"left-context + right-context span {span} inputs per output; at most "
+                    f"{MAX_POOLING_INPUTS} are supported")
         if not (0.0 < self.variance_floor < 1.0):
             return "variance-floor must be in (0, 1)"
         if self.output_stddevs and (self.input_dim_ - 1) % 2 != 0:
@@ -434,8 +460,13 @@ class StatisticsPoolingComponent(Component):
     def get_input_indexes(self, misc_info: Any, output_index) -> list[Index]:
         n, t, x = output_index
         if t % self.input_period != 0:
-            raise ValueError(f"StatisticsPoolingComponent: output t={t} is not a multiple "
-                             f"of input-period {self.input_period}")
+            # Kaldi asserts this: a descriptor such as Round(pooling, 19) asks
+            # for outputs that do not exist.  It is the network's mistake, so
+            # a ConfigError (one clear line), not an internal error.
+            raise ConfigError(f"the network asks a StatisticsPoolingComponent for t={t}, "
+                              f"which is not a multiple of its input-period "
+                              f"{self.input_period} (descriptors that use its output must "
+                              "ask for multiples of it)")
         return list(_indexes_at_times(n, self._input_ts(t), x))
 
     def is_computable(self, misc_info: Any, output_index, input_index_set) -> tuple[bool, list]:

@@ -11,14 +11,13 @@ stride and one start row per offset.  The index structure itself is in
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ...io.kaldi_io import KaldiReader, KaldiWriter, f32
-from ..config_line import ConfigLine
+from ..config_line import ConfigLine, parse_int32
 from ..index import K_NO_TIME, Index, index_columns
 from ..index_lists import IndexList
 from .affine import (AffineParamsMixin, random_bias, random_params, read_end_of_common,
@@ -29,7 +28,6 @@ from .tdnn_indexes import (_computation_io, _indexes_for_computation_columns,
                            _modify_computation_io, _nx_keys, get_computation_io)
 
 
-_INT_RE = re.compile(r"^\s*[+-]?\d+\s*$")
 
 
 @dataclass
@@ -133,9 +131,10 @@ class TdnnComponent(AffineParamsMixin, UpdatableComponent):
         ok = offsets_str is not None and input_dim > 0 and output_dim > 0
         if ok:
             parts = offsets_str.split(",")
-            ok = all(_INT_RE.match(p) for p in parts)
+            parsed = [parse_int32(p) for p in parts]
+            ok = None not in parsed
             if ok:
-                offsets = [int(p) for p in parts]
+                offsets = [int(p) for p in parsed if p is not None]
         if not ok or not offsets:
             raise self.config_error(cfl, "bad initializer: there is a problem with "
                                          "time-offsets, input-dim or output-dim (not defined?)")

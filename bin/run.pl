@@ -1,0 +1,1 @@
+pynnet3-launcher
