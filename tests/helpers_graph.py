@@ -10,9 +10,11 @@ from pynnet3.nnet.nnet import Nnet
 from tests.helpers import reference_dir
 
 
-def graph_builder(nnet: Nnet, fast: bool = True) -> ComputationGraphBuilder:
-    """A builder with the accelerations on (``fast``) or Kaldi's algorithm alone."""
-    with fast_paths.override(graph=fast):
+def graph_builder(nnet: Nnet, fast: bool = True, jit_from: int = 0) -> ComputationGraphBuilder:
+    """A builder with the accelerations on (``fast``; the Numba loops from
+    requests of ``jit_from`` cindexes on, by default always, so that tests of
+    small requests check them) or Kaldi's algorithm alone."""
+    with fast_paths.override(graph=fast, graph_jit_from=jit_from):
         return ComputationGraphBuilder(nnet)
 
 

@@ -97,15 +97,25 @@ def sequential_sums(x: np.ndarray) -> np.ndarray:
     return np.cumsum(x, axis=1, dtype=F32)[:, -1]
 
 
-def test_sequential_row_sums_are_bitwise_a_left_to_right_float_sum() -> None:
+@pytest.mark.parametrize("use_jit", [None, False, True])
+def test_sequential_row_sums_are_bitwise_a_left_to_right_float_sum(use_jit: bool | None) -> None:
+    """Both ways (NumPy column by column, the Numba loop) and the choice by size."""
     rng = np.random.default_rng(4)
     x = (rng.standard_normal((37, 1001)) * 10.0).astype(F32)
-    assert np.array_equal(seq_row_sums_f32(x), sequential_sums(x))
-    assert np.array_equal(seq_row_sums_f32(x[:, 5:600]), sequential_sums(x[:, 5:600]))
+    assert np.array_equal(seq_row_sums_f32(x, use_jit=use_jit), sequential_sums(x))
+    assert np.array_equal(seq_row_sums_f32(x[:, 5:600], use_jit=use_jit),
+                          sequential_sums(x[:, 5:600]))
+    assert np.array_equal(seq_row_sums_f32(np.zeros((3, 0), F32), use_jit=use_jit), np.zeros(3))
+    for shape in ((1, 5000), (2, 40000), (0, 3), (500, 7)):
+        y = (rng.standard_normal(shape) * 10.0).astype(F32)
+        assert np.array_equal(seq_row_sums_f32(y, use_jit=use_jit), sequential_sums(y)), shape
+    # A row of zeros and negative zeros sums to +0, as a C loop from 0.0f does.
+    z = np.array([[-0.0, -0.0]], dtype=F32)
+    assert not np.signbit(seq_row_sums_f32(z, use_jit=use_jit)[0])
     # NumPy's own (pairwise) sum is not the same thing.
     assert not np.array_equal(x.sum(axis=1, dtype=F32), sequential_sums(x))
     # exp taken block by block: the same bits for any block size.
     want = sequential_sums(np.exp(x * F32(0.1)))
     for block_bytes in (1, 4 * 1001 * 5, 1 << 21):
-        got = seq_exp_row_sums_f32(x * F32(0.1), block_bytes=block_bytes)
+        got = seq_exp_row_sums_f32(x * F32(0.1), block_bytes=block_bytes, use_jit=use_jit)
         assert np.array_equal(got, want), block_bytes

@@ -24,10 +24,11 @@ from pynnet3.cli import BINARIES
 from tests.helpers import reference_dir
 
 ROOT = Path(__file__).resolve().parents[1]
-# One small kernel: decorating it is what fails without a cache; calling it
+# One small kernel (forced: small sums are otherwise taken with NumPy):
+# decorating it, at its first call, is what fails without a cache; calling it
 # compiles (or loads) it.
 KERNEL = ("import numpy as np\nfrom pynnet3.nnet.components.row_sums import seq_row_sums_f32\n"
-          "print(seq_row_sums_f32(np.ones((3, 4), np.float32)).tolist())\n")
+          "print(seq_row_sums_f32(np.ones((3, 4), np.float32), use_jit=True).tolist())\n")
 
 
 @pytest.fixture(scope="module")

@@ -47,6 +47,18 @@ class FastPaths:
     #: Numba loops for the optimizer's variable and access analysis;
     #: ``False`` runs the Python loops that define it.
     analysis_jit: bool = True
+    #: The Numba loops of the graph stage (``compile.graph.jit_bulk``'s
+    #: closure, ``jit_exact``) run for requests of at least this many
+    #: cindexes (inputs and outputs together); smaller ones are built by
+    #: ``bulk.py``'s NumPy levels or the definition.  Compiling those loops
+    #: takes about 10 s of CPU the first time after an install (then Numba's
+    #: cache loads them), far more than they save on a small request, and a
+    #: process that compiles no kernel does not even import Numba.
+    graph_jit_from: int = 4096
+    #: The optimizer's Numba loops (``analysis_jit``) run for computations of
+    #: at least this many submatrices; smaller ones use the NumPy / Python
+    #: definitions (same reasons as ``graph_jit_from``).
+    analysis_jit_from: int = 256
     #: SplitLocations / SplitLocationsBackward (``compile.split_locations``)
     #: on Python lists (``True``), on arrays (``False``), or chosen by size
     #: (``None``, the default).

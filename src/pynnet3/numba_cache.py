@@ -24,6 +24,7 @@ Numba's own places works.
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import shutil
 import stat
@@ -32,7 +33,7 @@ from typing import Any
 
 from . import log
 
-__all__ = ["ensure_numba_cache", "fallback_cache_dir"]
+__all__ = ["ensure_numba_cache", "fallback_cache_dir", "lazy_njit", "LazyKernel", "numba_loaded"]
 
 _warned = False
 _shared: str | None = None
@@ -168,3 +169,102 @@ def ensure_numba_cache() -> None:
 
     Dispatcher.enable_caching = enable_caching_or_not
 
+
+
+class LazyKernel:
+    """A function to be compiled by ``numba.njit(**options)`` when first
+    needed, not when its module is imported (:func:`lazy_njit`).
+
+    Calling it compiles (or loads from Numba's cache) and runs the compiled
+    code, as a Numba dispatcher does; ``py_func`` is the plain Python
+    function (the same algorithm, interpreted: for inputs too small to be
+    worth a compilation).  Numba is imported only when some kernel is
+    compiled, so a run that needs no kernel never pays the second or so that
+    importing Numba and setting up its compiler cost.
+    """
+
+    def __init__(self, func: Any, options: dict[str, Any]) -> None:
+        functools.update_wrapper(self, func)
+        self.py_func = func
+        self.options = options
+        self._dispatcher: Any = None
+
+    @property
+    def compiled(self) -> Any:
+        """The Numba dispatcher (made, with its module's other kernels, on first use)."""
+        if self._dispatcher is None:
+            _materialise(self.py_func.__module__)
+        return self._dispatcher
+
+    @property
+    def is_materialised(self) -> bool:
+        return self._dispatcher is not None
+
+    def __call__(self, *args: Any) -> Any:
+        return self.compiled(*args)
+
+    def __repr__(self) -> str:
+        return f"<lazy kernel {self.py_func.__module__}.{self.py_func.__qualname__}>"
+
+
+def lazy_njit(**options: Any) -> Any:
+    """``@lazy_njit(cache=True, nogil=True)``: as ``@numba.njit(...)``, but
+    nothing is imported or compiled until the function is first called
+    (:class:`LazyKernel`).  Kernels may call each other (also across
+    modules): each is compiled with globals in which the lazy kernels it
+    names are Numba dispatchers."""
+    def wrap(func: Any) -> LazyKernel:
+        return LazyKernel(func, options)
+    return wrap
+
+
+def _materialise(module_name: str) -> None:
+    """Make the Numba dispatchers of every lazy kernel of a module (compiling
+    happens when each is first called)."""
+    import sys
+    import types
+
+    import numba
+
+    ensure_numba_cache()
+    module = sys.modules[module_name]
+    jit_globals = dict(vars(module))
+    own = {name: obj for name, obj in jit_globals.items()
+           if isinstance(obj, LazyKernel) and obj.py_func.__module__ == module_name}
+    for name, kernel in own.items():
+        f = kernel.py_func
+        copy = types.FunctionType(f.__code__, jit_globals, f.__name__, f.__defaults__,
+                                  f.__closure__)
+        copy.__qualname__ = f.__qualname__
+        copy.__doc__ = f.__doc__
+        kernel._dispatcher = numba.njit(**kernel.options)(copy)
+    for name, obj in list(jit_globals.items()):
+        if isinstance(obj, LazyKernel):
+            jit_globals[name] = obj.compiled
+    uncached = [k for k in own.values() if not _in_cache(k._dispatcher)]
+    if uncached:
+        global _compile_noted
+        if not _compile_noted:
+            _compile_noted = True
+            log.log("compiling Numba kernels for large inputs (first use after an install: "
+                    "tens of seconds, once; later runs load them from Numba's cache)")
+        log.vlog(1, f"compiling {len(uncached)} Numba kernels of {module_name}")
+
+
+_compile_noted = False
+
+
+def _in_cache(dispatcher: Any) -> bool:
+    """Whether Numba's cache has an index for this kernel (then its first
+    call loads it rather than compiling it; a stale index is not detected)."""
+    try:
+        return os.path.exists(dispatcher._cache._cache_file._index_path)
+    except AttributeError:     # (another Numba, or no cache)
+        return True
+
+
+def numba_loaded() -> bool:
+    """Whether this process has imported Numba already (then a compiled
+    kernel costs no start-up, only its compilation or cache load)."""
+    import sys
+    return "numba" in sys.modules

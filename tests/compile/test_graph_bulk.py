@@ -330,7 +330,7 @@ def _closure_equals_the_numpy_levels(nnet: Nnet, request: ComputationRequest, wh
         return result
     jit_bulk._closure = spy
     try:
-        fast = build_graph_bulk(plan, nnet, request)
+        fast = build_graph_bulk(plan, nnet, request, jit_from=0)
     finally:
         jit_bulk._closure = real
     assert calls == [jit_bulk.OK]
@@ -376,5 +376,5 @@ def test_compiled_closure_declines_a_missing_input_frame():
         inputs=[IoSpecification("input", frames_of(0, 10)),
                 IoSpecification("ivector", [Index(0, 0, 0)])],
         outputs=[IoSpecification("output", [Index(0, t, 0) for t in range(0, 10)])])
-    assert build_graph_bulk(BulkPlan(nnet), nnet, request) is None
+    assert build_graph_bulk(BulkPlan(nnet), nnet, request, jit_from=0) is None
     assert not _assert_same(nnet, request, "missing frame")

@@ -85,8 +85,9 @@ def test_variables_compiled_loop_matches_numpy(seed: int) -> None:
     rng = np.random.default_rng(seed)
     # (some matrices with many submatrices: the loop sorts those differently)
     sub, sizes = _random_tables(rng, int(rng.integers(1, 30)), int(rng.integers(0, 200)))
-    fast = ComputationVariables()
-    fast.init_from_tables(sub, sizes)
+    with fast_paths.override(analysis_jit_from=0):
+        fast = ComputationVariables()
+        fast.init_from_tables(sub, sizes)
     with fast_paths.override(analysis_jit=False):
         slow = ComputationVariables()
         slow.init_from_tables(sub, sizes)
@@ -100,6 +101,30 @@ def test_variables_compiled_loop_matches_numpy(seed: int) -> None:
         assert fast.column_split_points[m].tolist() == slow.column_split_points[m].tolist()
     for s in range(len(sub)):
         assert fast.variables_for_submatrix(s) == slow.variables_for_submatrix(s)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_access_summary_compiled_loop_matches_its_python_code(seed: int) -> None:
+    """access_summary_arrays: the Numba loop (large computations) and the same
+    code interpreted (small ones, and analysis_jit=False) give equal arrays."""
+    from pynnet3.optimize.analysis import access_summary_arrays
+
+    rng = np.random.default_rng(100 + seed)
+    sub, sizes = _random_tables(rng, int(rng.integers(1, 20)), int(rng.integers(1, 120)))
+    v = ComputationVariables()
+    v.init_from_tables(sub, sizes)
+    num_commands = int(rng.integers(1, 40))
+    num_records = int(rng.integers(0, 200))
+    args = (rng.integers(0, num_commands, num_records), rng.integers(1, len(sub), num_records),
+            rng.integers(1, 4, num_records), v.variables_flat, v.variables_offsets,
+            v.matrix_to_variable_index, rng.random(num_commands) < 0.3, num_commands)
+    with fast_paths.override(analysis_jit_from=0):
+        fast = access_summary_arrays(*args)
+    with fast_paths.override(analysis_jit=False):
+        slow = access_summary_arrays(*args)
+    assert len(fast) == len(slow) == 6
+    for a, b in zip(fast, slow):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
 
 
 # -- the merging round's analysis ----------------------------------------------------------

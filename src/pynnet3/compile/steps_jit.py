@@ -9,17 +9,15 @@ so a loop of NumPy calls per phase costs far more than the work.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-from ..numba_cache import ensure_numba_cache
+from ..numba_cache import lazy_njit
 
-ensure_numba_cache()  # (before the kernels below are decorated with cache=True)
 
 # Status codes of _kahn_phases.
 OK, NO_START, STUCK, NOT_ALL_PLACED = 0, 1, 2, 3
 
 
-@njit(cache=True, nogil=True)
+@lazy_njit(cache=True, nogil=True)
 def _kahn_phases(num, src, dst):
     """(status, order, bounds, num_phases) for positions 0..num-1 where
     ``src[k]`` depends on ``dst[k]``: phase p is ``order[bounds[p]:bounds[p+1]]``,

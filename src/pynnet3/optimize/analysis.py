@@ -17,17 +17,16 @@ from bisect import bisect_right
 from typing import Any, Sequence
 
 import numpy as np
-from numba import njit
 
+from .. import fast_paths
 from ..compile.computation import CommandType, CompressedMatrixType, NnetComputation
 from ..errors import ComputationCheckError
 from .accesses import (CommandAttributes, CommandAttributesList, MatrixAccesses,
                        VariableAccessTable, _AccessArrays, _merge_records,
                        _submatrix_access_records, compute_matrix_accesses)
 from .variables import _RW, _W, AccessType, ComputationVariables, variables_of
-from ..numba_cache import ensure_numba_cache
+from ..numba_cache import lazy_njit
 
-ensure_numba_cache()  # (before the kernels below are decorated with cache=True)
 
 __all__ = ["Analyzer", "ComputationAnalysis", "AccessSummary", "access_summary_arrays",
            "compute_matrix_to_submatrix", "get_commands_of_type", "get_max_memory_use",
@@ -516,7 +515,7 @@ class AccessSummary:
         return ans
 
 
-@njit(cache=True, nogil=True)
+@lazy_njit(cache=True, nogil=True)
 def _access_summary_kernel(cmd, sub, flag, var_flat, var_offsets, first_var, num_variables,
                            zeroing, num_commands):
     # Every (submatrix) access record expanded to the submatrix's variables,
@@ -589,7 +588,12 @@ def access_summary_arrays(cmd: np.ndarray, sub: np.ndarray, flag: np.ndarray,
     matrix the first access and the first non-zeroing access (num_commands
     / -1 where none); and the writes as sorted keys variable *
     (num_commands + 1) + command."""
-    return _access_summary_kernel(
+    fp = fast_paths.current()
+    # (For small computations the kernel's own code, interpreted: compiling
+    # it costs more than it saves; see fast_paths.analysis_jit_from.)
+    kernel = (_access_summary_kernel if fp.analysis_jit and len(var_offsets) > fp.analysis_jit_from
+              else _access_summary_kernel.py_func)
+    return kernel(
         np.ascontiguousarray(cmd, dtype=np.int64), np.ascontiguousarray(sub, dtype=np.int64),
         np.ascontiguousarray(flag, dtype=np.int64), var_flat, var_offsets, first_var,
         int(first_var[-1]), np.ascontiguousarray(zeroing, dtype=np.bool_), int(num_commands))

@@ -22,16 +22,14 @@ from operator import attrgetter, is_
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
-from numba import njit
 
 from .. import fast_paths
 from ..compile.computation import NnetComputation, SubMatrixInfo
 from ..errors import ComputationCheckError
 from .arrays import unique_ints
 from .check_common import validate_submatrices
-from ..numba_cache import ensure_numba_cache
+from ..numba_cache import lazy_njit
 
-ensure_numba_cache()  # (before the kernels below are decorated with cache=True)
 
 if TYPE_CHECKING:
     from .accesses import CommandAttributes
@@ -149,7 +147,8 @@ class ComputationVariables:
         if num_matrices > 1 and (sizes[1:] <= 0).any():
             m = int(np.flatnonzero((sizes[1:] <= 0).any(axis=1))[0]) + 1
             raise ComputationCheckError(f"matrix m{m} has size {sizes[m, 0]} x {sizes[m, 1]}")
-        if fast_paths.current().analysis_jit:
+        fp = fast_paths.current()
+        if fp.analysis_jit and len(table) >= fp.analysis_jit_from:
             self._init_jit(table, sizes)
         else:
             self._init_numpy(table, sizes)
@@ -310,7 +309,7 @@ def variables_of(computation: NnetComputation) -> ComputationVariables:
 # The variables as one compiled loop
 # ---------------------------------------------------------------------------
 
-@njit(cache=True, nogil=True)
+@lazy_njit(cache=True, nogil=True)
 def _sorted_unique_segments(points, offsets):
     """Sort each segment ``points[offsets[m]:offsets[m+1]]`` (in place) and
     drop repeated values; returns the values and the new segment offsets."""
@@ -340,7 +339,7 @@ def _sorted_unique_segments(points, offsets):
     return out[:k].copy(), first
 
 
-@njit(cache=True, nogil=True)
+@lazy_njit(cache=True, nogil=True)
 def _position(points, lo, hi, value):
     """Index (relative to lo) of ``value`` in the sorted ``points[lo:hi]``
     (where it would be inserted if absent)."""
@@ -354,7 +353,7 @@ def _position(points, lo, hi, value):
     return a - lo
 
 
-@njit(cache=True, nogil=True)
+@lazy_njit(cache=True, nogil=True)
 def _variables_kernel(sub, sizes):
     num_subs = sub.shape[0]
     num_matrices = sizes.shape[0]

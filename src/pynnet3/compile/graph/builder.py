@@ -39,6 +39,7 @@ Descriptor and Component is asked exactly as Kaldi asks them.
 from __future__ import annotations
 
 from collections import deque
+from itertools import chain
 from typing import TYPE_CHECKING, Any, Iterable
 
 from ... import fast_paths
@@ -85,9 +86,11 @@ class ComputationGraphBuilder:
     def __init__(self, nnet: "Nnet", graph: ComputationGraph | None = None) -> None:
         """With ``fast_paths.current().graph`` off when the builder is made, it
         asks every Descriptor and Component exactly as Kaldi does (slower; the
-        results are the same, which tests check)."""
+        results are the same, which tests check); ``graph_jit_from`` is also
+        read then."""
         self.nnet = nnet
         self._fast = fast = fast_paths.current().graph
+        self._jit_from = fast_paths.current().graph_jit_from
         self.graph = graph if graph is not None else ComputationGraph()
         if len(self.graph):
             raise PynnetError("ComputationGraphBuilder initialized with a nonempty graph")
@@ -255,7 +258,7 @@ class ComputationGraphBuilder:
         """compute() by the vectorised path (bulk.py), if it applies."""
         if self._bulk_plan is None:
             self._bulk_plan = BulkPlan(self.nnet)
-        bulk = build_graph_bulk(self._bulk_plan, self.nnet, request)
+        bulk = build_graph_bulk(self._bulk_plan, self.nnet, request, self._jit_from)
         if bulk is None:
             return False
         self.request = request
@@ -276,6 +279,9 @@ class ComputationGraphBuilder:
                 self._jit_plan = make_jit_plan(self.nnet) or False
         if self._jit_plan is False:
             return False
+        if (sum(len(io.indexes) for io in chain(request.inputs, request.outputs))
+                < self._jit_from):
+            return False      # (small: the definition, without compiling the Numba loop)
         jit = build_graph_jit(self._jit_plan, self.nnet, request)
         if jit is None:
             return False

@@ -57,6 +57,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
+from ... import fast_paths
 from ...nnet import descriptor as d
 from ...nnet.graph import graph_has_cycles, nnet_to_directed_graph
 from ...nnet.index import K_NO_TIME, Index
@@ -594,19 +595,24 @@ class _Builder:
         return out
 
 
-def build_graph_bulk(plan: BulkPlan, nnet: "Nnet",
-                     request: ComputationRequest) -> BulkGraph | None:
+def build_graph_bulk(plan: BulkPlan, nnet: "Nnet", request: ComputationRequest,
+                     jit_from: int | None = None) -> BulkGraph | None:
     """The graph Kaldi's builder makes for ``request`` on an empty graph, or
-    None when the fast path cannot promise the same answer."""
+    None when the fast path cannot promise the same answer.  The compiled
+    closure runs for requests of at least ``jit_from`` cindexes (default
+    ``fast_paths.current().graph_jit_from``), the NumPy levels otherwise."""
     if not plan.eligible:
         return None
+    if jit_from is None:
+        jit_from = fast_paths.current().graph_jit_from
     try:
-        return _build(plan, nnet, request)
+        return _build(plan, nnet, request, jit_from)
     except Fallback:
         return None
 
 
-def _build(plan: BulkPlan, nnet: "Nnet", request: ComputationRequest) -> BulkGraph | None:
+def _build(plan: BulkPlan, nnet: "Nnet", request: ComputationRequest,
+           jit_from: int) -> BulkGraph | None:
     ins = _request_columns(request.inputs, nnet)
     outs = _request_columns(request.outputs, nnet)
     if ins is None or outs is None or not len(ins[0]) or not len(outs[0]):
@@ -617,7 +623,8 @@ def _build(plan: BulkPlan, nnet: "Nnet", request: ComputationRequest) -> BulkGra
     num_in, num_out = len(ins[0]), len(outs[0])
     init = tuple(np.concatenate([a, b]) for a, b in zip(ins, outs))
     index = None
-    fast = closure(plan, init, num_in, _MAX_LEVELS)
+    fast = (closure(plan, init, num_in, _MAX_LEVELS)
+            if num_in + num_out >= jit_from else None)
     if fast is not None:
         *columns, counts, flat, level_sizes = fast
         sizes = level_sizes.tolist()

@@ -28,14 +28,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from numba import njit
 
 from ...nnet.index import K_NO_TIME
 from .programs import (INT32_MAX, INT32_MIN, OP_COMP_OFFSET, OP_NODE, OP_OFFSET, OP_ROUND_T,
                        OP_SET_T, OP_SET_X)
-from ...numba_cache import ensure_numba_cache
+from ...numba_cache import lazy_njit
 
-ensure_numba_cache()  # (before the kernels below are decorated with cache=True)
 
 _I64 = np.int64
 # Status codes of _closure.
@@ -44,18 +42,18 @@ OK, FALLBACK, TOO_BIG, TOO_MANY_LEVELS, OUTSIDE = 0, 1, 2, 3, 4
 _MAX_TABLE = 1 << 25
 
 
-@njit(cache=True, nogil=True)
+@lazy_njit(cache=True, nogil=True)
 def wrap32(v: int) -> int:
     """``v`` wrapped into int32 as Kaldi's int32 offset arithmetic does."""
     return ((v - INT32_MIN) % 4294967296) + INT32_MIN
 
 
-@njit(cache=True, nogil=True)
+@lazy_njit(cache=True, nogil=True)
 def _out32(v: int) -> bool:
     return v < INT32_MIN or v > INT32_MAX
 
 
-@njit(cache=True, nogil=True)
+@lazy_njit(cache=True, nogil=True)
 def grow(a, need):
     """``a``, or a copy with room for ``need`` entries (geometric growth)."""
     if need <= a.shape[0]:
@@ -66,7 +64,7 @@ def grow(a, need):
     return b
 
 
-@njit(cache=True, nogil=True)
+@lazy_njit(cache=True, nogil=True)
 def _key(box, nd, nn, tt, xx):
     """Position of a cindex in the table, or -1 if outside the box
     (t0, tspan, n0, nspan, x0, xspan)."""
@@ -76,7 +74,7 @@ def _key(box, nd, nn, tt, xx):
     return ((nd * box[1] + t) * box[3] + n) * box[5] + x
 
 
-@njit(cache=True, nogil=True)
+@lazy_njit(cache=True, nogil=True)
 def _relayout(box, num_nodes, nn, tt, xx, node, n, t, x, count, max_table):
     """A bigger box containing the old one and (tt, nn, xx), and its table
     refilled with the first ``count`` cindexes; (box, table), or an empty
@@ -102,7 +100,7 @@ def _relayout(box, num_nodes, nn, tt, xx, node, n, t, x, count, max_table):
     return new, table
 
 
-@njit(cache=True, nogil=True)
+@lazy_njit(cache=True, nogil=True)
 def _expand_level(lo, hi, count, box, table, node, n, t, x, buf, seg_start, seg_len,
                   is_input_node, needs_time, term_start, term_count, term_root, fwd,
                   switch_table, no_time, where):
@@ -176,7 +174,7 @@ def _expand_level(lo, hi, count, box, table, node, n, t, x, buf, seg_start, seg_
     return OK, count, used
 
 
-@njit(cache=True, nogil=True)
+@lazy_njit(cache=True, nogil=True)
 def _closure(init_node, init_n, init_t, init_x, num_in, max_levels, max_table, box,
              is_input_node, needs_time, term_start, term_count, term_root, fwd, switch_table,
              no_time):

@@ -49,7 +49,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from numba import njit
 
 from ...nnet.index import K_NO_TIME
 from .computation_graph import GraphArrays
@@ -57,9 +56,8 @@ from .jit_bulk import grow, wrap32
 from .programs import (INT32_MAX, INT32_MIN, MAX_TERMS, NK_COMPONENT, NK_DESCRIPTOR,
                        NK_DIM_RANGE, NK_INPUT, OP_COMP_OFFSET, OP_NODE, OP_OFFSET, OP_ROUND_T,
                        OP_SET_T, OP_SET_X, P_AND, P_CONST, P_IFDEF, P_TERM, JitPlan)
-from ...numba_cache import ensure_numba_cache
+from ...numba_cache import lazy_njit
 
-ensure_numba_cache()  # (before the kernels below are decorated with cache=True)
 
 if TYPE_CHECKING:
     from ...nnet.nnet import Nnet
@@ -83,7 +81,7 @@ _UNKNOWN, _COMPUTABLE, _NOT_COMPUTABLE = 0, 1, 2
 
 # -- compiled helpers --------------------------------------------------------------------
 
-@njit(cache=True, nogil=True)
+@lazy_njit(cache=True, nogil=True)
 def _grow_rows(a, need):
     if need <= a.shape[0]:
         return a
@@ -93,7 +91,7 @@ def _grow_rows(a, need):
     return b
 
 
-@njit(cache=True, nogil=True)
+@lazy_njit(cache=True, nogil=True)
 def _hash(nd, n, t, x, mask):
     # Each product stays below 2**63 (32-bit values times 31-bit odd
     # constants): no signed overflow.
@@ -105,7 +103,7 @@ def _hash(nd, n, t, x, mask):
     return h & mask
 
 
-@njit(cache=True, nogil=True)
+@lazy_njit(cache=True, nogil=True)
 def _find(slots, state, nd, n, t, x):
     """(cindex_id or -1, the slot where it is or would go)."""
     mask = slots.shape[0] - 1
@@ -120,7 +118,7 @@ def _find(slots, state, nd, n, t, x):
         i = (i + 1) & mask
 
 
-@njit(cache=True, nogil=True)
+@lazy_njit(cache=True, nogil=True)
 def _rehash(state, count, size):
     slots = np.full(size, -1, dtype=np.int64)
     mask = size - 1
@@ -132,7 +130,7 @@ def _rehash(state, count, size):
     return slots
 
 
-@njit(cache=True, nogil=True)
+@lazy_njit(cache=True, nogil=True)
 def _map_term(fwd, switch_table, row, n, t, x):
     """(ok, node, n, t, x): the cindex a term maps (n, t, x) to; ok is False
     when the Python code would do something this loop does not copy."""
@@ -167,7 +165,7 @@ def _map_term(fwd, switch_table, row, n, t, x):
         row = fwd[row, 4]
 
 
-@njit(cache=True, nogil=True)
+@lazy_njit(cache=True, nogil=True)
 def _eval_prog(prog, start, length, raw, raw_start, state, unknown_ok, ok_stack, mask_stack):
     """(computable, mask of the terms used) of one cindex's program."""
     if length == 0:
@@ -219,7 +217,7 @@ _NEED_ROOM = -1
 _ROOM = _MAX_TERMS
 
 
-@njit(cache=True, nogil=True)
+@lazy_njit(cache=True, nogil=True)
 def _run(sc, max_distance, state, slots, queues, stack_c, stack_i, deps, raw, edge_src,
          edge_dst, edge_next, kind, needs_time, term_start, term_count, term_root, fwd,
          switch_table, prog_start, prog_len, prog):
@@ -459,7 +457,7 @@ def _run(sc, max_distance, state, slots, queues, stack_c, stack_i, deps, raw, ed
     return status
 
 
-@njit(cache=True, nogil=True)
+@lazy_njit(cache=True, nogil=True)
 def _grow_queues(queues, need):
     if need <= queues.shape[1]:
         return queues
@@ -468,7 +466,7 @@ def _grow_queues(queues, need):
     return b
 
 
-@njit(cache=True, nogil=True)
+@lazy_njit(cache=True, nogil=True)
 def _build(init_node, init_n, init_t, init_x, num_in, max_distance, kind, needs_time, term_start,
            term_count, term_root, fwd, switch_table, prog_start, prog_len, prog):
     """(status, count, distance, num_deps, num_raw, num_edges, state, deps, raw,
@@ -552,7 +550,7 @@ def _build(init_node, init_n, init_t, init_x, num_in, max_distance, kind, needs_
 
 # -- Prune ------------------------------------------------------------------------------------
 
-@njit(cache=True, nogil=True)
+@lazy_njit(cache=True, nogil=True)
 def _prune(state, deps, raw, kind, is_output, prog_start, prog_len, prog):
     """Kaldi's Prune() of a first segment: (status, keep, dep_offsets, dep_flat,
     flat length), the dependencies renumbered to the kept cindexes."""
