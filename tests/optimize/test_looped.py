@@ -117,8 +117,11 @@ def _check_looped_against_whole(nnet: Nnet, chunk: int, num_chunks: int = 5) -> 
     full = NnetComputer(NnetComputeOptions(), _compile(nnet, whole), copy.deepcopy(nnet))
     full.accept_input("input", feats)
     full.run()
+    # float32, and the chunks' products have other shapes than the whole
+    # utterance's (other BLAS blocking): deep random networks (e.g. 014) differ
+    # by up to ~3e-5 relative; a wrong carried-over activation differs by O(1).
     np.testing.assert_allclose(np.concatenate(outputs), full.get_output("output"),
-                               rtol=1e-5, atol=1e-6)
+                               rtol=1e-4, atol=1e-5)
     return comp
 
 
