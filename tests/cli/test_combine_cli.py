@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from pynnet3.cli import BINARIES
-from tests.helpers import curated, reference_dir
+from tests.helpers import CURATED_REFERENCE, curated, reference_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "data" / "combine"
@@ -191,8 +191,11 @@ def test_combine_golden(tmp_path: Path) -> None:
     models, combined on the first minibatch of its merged egs, give the very
     file real Kaldi wrote from all 16 (comb.raw; its sha256 is in the README):
     the running average of 3 models, in float32 with fused multiply-adds."""
-    for name in ("0.raw", "1.raw", "1b.raw", "merged1.ark"):
-        shutil.copy(GOLDEN / name, tmp_path / name)
+    # The models are the curated reference's (the same files as the full set's).
+    models = CURATED_REFERENCE / "train" / "affine_xent"
+    for name in ("0.raw", "1.raw", "1b.raw"):
+        shutil.copy(models / name, tmp_path / name)
+    shutil.copy(GOLDEN / "merged1.ark", tmp_path / "merged1.ark")
     p = run("nnet3-combine", "0.raw", "1.raw", "1b.raw", "ark:merged1.ark", "comb.raw",
             cwd=tmp_path)
     err = p.stderr.decode()
@@ -236,7 +239,7 @@ def test_usage_and_errors(tmp_path: Path) -> None:
     assert p.returncode == 1 and "compiler.use-shortcut" in p.stderr.decode()
     train = tmp_path
     (train / "empty.ark").write_bytes(b"")
-    model = GOLDEN / "0.raw"
+    model = CURATED_REFERENCE / "train" / "affine_xent" / "0.raw"
     for args, text in (
             ([str(model), "ark:empty.ark", "o.raw"], "no examples were read"),
             (["--max-objective-evaluations=0", str(model), str(model), "ark:missing.ark",
