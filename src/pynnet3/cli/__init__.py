@@ -35,4 +35,10 @@ BINARIES = {
     "nnet3-acc-lda-stats": "pynnet3.cli.acc_lda_stats:main",
     "sum-lda-accs": "pynnet3.cli.sum_lda_accs:main",
     "nnet-get-feature-transform": "pynnet3.cli.get_feature_transform:main",
+    "nnet3-chain-get-egs": "pynnet3.cli.chain_get_egs:main",
+    "nnet3-chain-copy-egs": "pynnet3.cli.chain_copy_egs:main",
+    "nnet3-chain-merge-egs": "pynnet3.cli.chain_merge_egs:main",
+    "nnet3-chain-shuffle-egs": "pynnet3.cli.chain_shuffle_egs:main",
+    "nnet3-chain-subset-egs": "pynnet3.cli.chain_subset_egs:main",
+    "nnet3-chain-normalize-egs": "pynnet3.cli.chain_normalize_egs:main",
 }
