@@ -628,6 +628,19 @@ def _scratch_file() -> str:
     return _SCRATCH[0]
 
 
+def to_kaldifst_fast(fst: Fst):
+    """Like :func:`to_kaldifst`, through OpenFst's binary reader (several times
+    faster for big FSTs), but with no trinary property known (not what
+    building the FST arc by arc leaves).  Use it only where no algorithm's
+    choices depend on the stored properties."""
+    import kaldifst
+
+    path = _scratch_file()
+    with open(path, "wb") as f:
+        f.write(write_vector_fst(fst, properties=kExpanded | kMutable))
+    return kaldifst.StdVectorFst.read(path)
+
+
 def from_kaldifst(kf) -> Fst:
     """Arrays from a kaldifst StdVectorFst (states in order, arcs as stored).
     OpenFst writes it in its binary format, read back here: far faster than
@@ -751,6 +764,6 @@ def apply_probability_scale(scale: float, fst: Fst) -> Fst:
 
 __all__ = ["Fst", "FstHeader", "read_fst", "read_fst_file", "write_vector_fst",
            "write_compact_acceptor", "compute_properties", "properties_to_write",
-           "fst_to_text", "fst_from_text_lines", "to_kaldifst", "from_kaldifst",
+           "fst_to_text", "fst_from_text_lines", "to_kaldifst", "to_kaldifst_fast", "from_kaldifst",
            "known_properties", "kCopyProperties", "state_sort", "sort_breadth_first",
            "concat_into", "apply_probability_scale"]
