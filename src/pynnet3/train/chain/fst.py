@@ -641,18 +641,22 @@ def to_kaldifst_fast(fst: Fst):
     return kaldifst.StdVectorFst.read(path)
 
 
-def from_kaldifst(kf) -> Fst:
+def from_kaldifst(kf, keep_properties: bool = False) -> Fst:
     """Arrays from a kaldifst StdVectorFst (states in order, arcs as stored).
     OpenFst writes it in its binary format, read back here: far faster than
     iterating over arcs through the Python binding.  The stored property word
-    is dropped (properties are recomputed when the FST is written)."""
+    is dropped (properties are then computed when the FST is written) unless
+    ``keep_properties``: then :func:`write_vector_fst` writes the word OpenFst
+    itself would write for this FST (what a binary like chain-make-den-fst
+    puts in its output files)."""
     path = _scratch_file()
     if not kf.write(path):
         raise FormatError("kaldifst could not write an FST")
     with open(path, "rb") as f:
         data = f.read()
     fst, _ = read_fst(data, 0)
-    fst.properties = None
+    if not keep_properties:
+        fst.properties = None
     return fst
 
 
