@@ -35,4 +35,5 @@ BINARIES = {
     "nnet3-acc-lda-stats": "pynnet3.cli.acc_lda_stats:main",
     "sum-lda-accs": "pynnet3.cli.sum_lda_accs:main",
     "nnet-get-feature-transform": "pynnet3.cli.get_feature_transform:main",
+    "nnet3-compute-looped": "pynnet3.cli.compute_looped:main",
 }
