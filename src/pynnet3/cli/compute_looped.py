@@ -23,7 +23,7 @@ If --apply-exp=true, apply the Exp() function to the output before writing it ou
 \b
 Usage: nnet3-compute-looped [options] <nnet-in> <features-rspecifier> <matrix-wspecifier>
  e.g.: nnet3-compute-looped --frames-per-chunk=20 final.raw scp:feats.scp ark:nnet_prediction.ark
-See also: nnet3-compute, nnet3-latgen-faster-looped"""
+See also: nnet3-compute"""
 
 
 @kaldi_command(USAGE)
