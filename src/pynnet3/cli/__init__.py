@@ -41,4 +41,5 @@ BINARIES = {
     "nnet3-chain-shuffle-egs": "pynnet3.cli.chain_shuffle_egs:main",
     "nnet3-chain-subset-egs": "pynnet3.cli.chain_subset_egs:main",
     "nnet3-chain-normalize-egs": "pynnet3.cli.chain_normalize_egs:main",
+    "nnet3-compute-looped": "pynnet3.cli.compute_looped:main",
 }
