@@ -35,4 +35,7 @@ BINARIES = {
     "nnet3-acc-lda-stats": "pynnet3.cli.acc_lda_stats:main",
     "sum-lda-accs": "pynnet3.cli.sum_lda_accs:main",
     "nnet-get-feature-transform": "pynnet3.cli.get_feature_transform:main",
+    "chain-est-phone-lm": "pynnet3.cli.chain_est_phone_lm:main",
+    "chain-make-den-fst": "pynnet3.cli.chain_make_den_fst:main",
+    "chain-get-supervision": "pynnet3.cli.chain_get_supervision:main",
 }

@@ -89,6 +89,10 @@ def alignment_to_proto_supervision(opts: SupervisionOptions,
         t_end = min(num_frames, cur + dur + opts.right_tolerance)
         s_start = (t_start + factor - 1) // factor
         s_end = (t_end + factor - 1) // factor
+        if not (s_end > s_start and s_end <= nsub):
+            # Kaldi asserts here (a phone with no frame it may appear on)
+            raise PynnetError(f"phone {phone} at frames {cur}..{cur + dur - 1} has no allowed "
+                              f"output frame with --frame-subsampling-factor={factor}")
         for t in range(s_start, s_end):
             allowed[t].add(phone)
         cur += dur

@@ -1,0 +1,190 @@
+"""The chain graph tools' library code against real Kaldi's outputs (goldens in
+tests/data/chain, copied from the reference's chain/ folder): the phone LM
+(byte-identical), the supervision FSTs (byte-identical archive) and the
+denominator / normalization FSTs (the same graphs as Kaldi's up to state
+numbering, weights within 1e-5, and the same forward log-probabilities)."""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pynnet3.io.table import (INT32_PAIR_VECTOR_HOLDER, INT32_VECTOR_HOLDER,
+                              SequentialTableReader, TableWriter)
+from pynnet3.nnet.transition_model import read_transition_model
+from pynnet3.nnet.tree import read_context_dependency
+from pynnet3.train.chain import fst as F
+from pynnet3.train.chain.den_graph import (create_denominator_fst, initial_probs,
+                                           normalization_fst, push_special)
+from pynnet3.train.chain.language_model import LanguageModelOptions, estimate_phone_lm
+from pynnet3.train.chain.make_supervision import (SupervisionOptions,
+                                                  alignment_to_proto_supervision,
+                                                  proto_supervision_to_supervision)
+from pynnet3.train.chain.supervision import SUPERVISION_HOLDER
+from tests.helpers import fst_isomorphic
+
+GOLDEN = Path(__file__).resolve().parents[2] / "data" / "chain"
+
+
+def _phone_seqs() -> list[list[int]]:
+    with SequentialTableReader(f"ark:{GOLDEN / 'phones.txt'}", INT32_VECTOR_HOLDER) as rd:
+        return [v for _k, v in rd]
+
+
+@pytest.fixture(scope="module")
+def models():
+    return (read_context_dependency(str(GOLDEN / "tree")),
+            read_transition_model(str(GOLDEN / "0.trans_mdl")))
+
+
+def test_phone_lm_byte_identical_to_kaldi():
+    fst = estimate_phone_lm(_phone_seqs(), LanguageModelOptions(num_extra_lm_states=200))
+    assert F.write_vector_fst(fst) == (GOLDEN / "phone_lm.fst").read_bytes()
+
+
+def test_bigram_lm_is_relative_counts():
+    """--ngram-order=2 --no-prune-ngram-order=2 with no pruning possible: an
+    arc a -> b weighs -log(count(a b) / count(a .)), counted independently."""
+    seqs = _phone_seqs()
+    fst = estimate_phone_lm(seqs, LanguageModelOptions(ngram_order=2, no_prune_ngram_order=2,
+                                                       num_extra_lm_states=1000))
+    pairs = Counter()
+    for seq in seqs:
+        full = [0] + seq + [0]
+        pairs.update(zip(full[:-1], full[1:]))
+    totals = Counter()
+    for (a, _b), c in pairs.items():
+        totals[a] += c
+    # states are histories of one phone; the arc label says where it goes
+    history_of_state = {fst.start: 0}
+    for s in range(fst.num_states):
+        for k in range(fst.arc_begin[s], fst.arc_begin[s + 1]):
+            history_of_state[int(fst.nextstate[k])] = int(fst.ilabel[k])
+    assert len(history_of_state) == fst.num_states == len(totals)
+    n_arcs = 0
+    for s, a in history_of_state.items():
+        for k in range(fst.arc_begin[s], fst.arc_begin[s + 1]):
+            b = int(fst.ilabel[k])
+            assert fst.weight[k] == pytest.approx(-math.log(pairs[a, b] / totals[a]), abs=1e-6)
+            n_arcs += 1
+        assert fst.final[s] == pytest.approx(-math.log(pairs[a, 0] / totals[a]), abs=1e-6) \
+            if pairs[a, 0] else fst.final[s] == np.inf
+    assert n_arcs == sum(1 for (a, b) in pairs if b != 0)
+
+
+@pytest.mark.parametrize("extra", [0, 50, 200, 1000])
+def test_phone_lm_is_stochastic_and_sized(extra):
+    fst = estimate_phone_lm(_phone_seqs(), LanguageModelOptions(num_extra_lm_states=extra))
+    probs = np.exp(-fst.final.astype(np.float64)) + np.bincount(
+        fst.arc_state(), weights=np.exp(-fst.weight.astype(np.float64)), minlength=fst.num_states)
+    np.testing.assert_allclose(probs, 1.0, rtol=1e-5)
+    # 122 history states of length 2 exist in this data; 501 states before pruning
+    if extra:
+        assert fst.num_states == min(501, 122 + extra)
+
+
+def test_supervision_byte_identical_to_kaldi(models, tmp_path):
+    ctx, tm = models
+    opts = SupervisionOptions(frame_subsampling_factor=3, left_tolerance=5, right_tolerance=5)
+    with SequentialTableReader(f"ark:{GOLDEN / 'phone_lengths.txt'}", INT32_PAIR_VECTOR_HOLDER) as rd, \
+            TableWriter(f"ark:{tmp_path / 'sup.ark'}", SUPERVISION_HOLDER) as w:
+        n = 0
+        for key, ali in rd:
+            proto = alignment_to_proto_supervision(opts, ali)
+            assert len(proto.allowed_phones) == (sum(d for _p, d in ali) + 2) // 3
+            w.write(key, proto_supervision_to_supervision(ctx, tm, proto))
+            n += 1
+    assert n == 30
+    assert (tmp_path / "sup.ark").read_bytes() == (GOLDEN / "supervision.ark").read_bytes()
+
+
+def test_supervision_tolerances_and_too_short(models):
+    ctx, tm = models
+    ali = [(1, 4), (7, 5), (3, 6)]
+    proto = alignment_to_proto_supervision(
+        SupervisionOptions(left_tolerance=1, right_tolerance=2, frame_subsampling_factor=1), ali)
+    # phone 7 spans frames 4..8; with tolerances it may appear on frames 3..10
+    assert [t for t, a in enumerate(proto.allowed_phones) if 7 in a] == list(range(3, 11))
+    sup = proto_supervision_to_supervision(ctx, tm, proto)
+    assert sup.frames_per_sequence == 15 and sup.label_dim == 64
+    # every path has exactly 15 arcs: state times are consistent
+    fst = sup.fst
+    times = np.full(fst.num_states, -1)
+    times[fst.start] = 0
+    for s in range(fst.num_states):  # BFS order: sources come before destinations
+        for k in range(fst.arc_begin[s], fst.arc_begin[s + 1]):
+            d = fst.nextstate[k]
+            assert times[d] in (-1, times[s] + 1)
+            times[d] = times[s] + 1
+    assert set(times[fst.final != np.inf]) == {15}
+    # three phones need at least three frames: two subsampled frames cannot hold them
+    short = alignment_to_proto_supervision(
+        SupervisionOptions(left_tolerance=2, right_tolerance=2, frame_subsampling_factor=3),
+        [(1, 1), (7, 1), (3, 1)])
+    assert short.allowed_phones == [[1, 3, 7]]
+    assert proto_supervision_to_supervision(ctx, tm, short) is None
+    with pytest.raises(Exception):
+        SupervisionOptions(left_tolerance=0, right_tolerance=0,
+                           frame_subsampling_factor=3).check()
+
+
+@pytest.fixture(scope="module")
+def den_and_norm(models):
+    ctx, tm = models
+    den = create_denominator_fst(ctx, tm, F.read_fst_file(str(GOLDEN / "phone_lm.fst")))
+    return den, normalization_fst(den)
+
+
+def _forward_logprob(fst, loglikes: np.ndarray) -> float:
+    """log of the total probability of all paths of len(loglikes) frames
+    from the initial distribution, ending anywhere (the denominator's sum
+    without the leaky-HMM term)."""
+    n = fst.num_states
+    src, dst = fst.arc_state(), fst.nextstate
+    p = np.exp(-fst.weight.astype(np.float64))
+    alpha = initial_probs(fst).astype(np.float64)
+    tot = 0.0
+    for t in range(loglikes.shape[0]):
+        alpha = np.bincount(dst, weights=alpha[src] * p * np.exp(loglikes[t, fst.ilabel - 1]),
+                            minlength=n)
+        s = alpha.sum()
+        tot += math.log(s)
+        alpha /= s
+    return tot
+
+
+def test_den_fst_same_graph_as_kaldi(den_and_norm):
+    den, norm = den_and_norm
+    kaldi_den = F.read_fst_file(str(GOLDEN / "den.fst"))
+    kaldi_norm = F.read_fst_file(str(GOLDEN / "normalization.fst"))
+    assert (den.num_states, den.num_arcs) == (319, 867)
+    assert fst_isomorphic(den, kaldi_den, tol=1e-5)
+    assert fst_isomorphic(norm, kaldi_norm, tol=1e-5)
+    # the header's property word is what Kaldi wrote
+    assert F.read_header(F.write_vector_fst(den))[0].properties == \
+        F.read_header((GOLDEN / "den.fst").read_bytes())[0].properties
+    assert F.read_header(F.write_vector_fst(norm))[0].properties == \
+        F.read_header((GOLDEN / "normalization.fst").read_bytes())[0].properties
+    rng = np.random.default_rng(0)
+    ll = rng.normal(size=(60, 64)) * 2
+    assert _forward_logprob(den, ll) == pytest.approx(_forward_logprob(kaldi_den, ll), abs=1e-5)
+    np.testing.assert_allclose(np.sort(initial_probs(den)), np.sort(initial_probs(kaldi_den)),
+                               rtol=1e-5)
+
+
+def test_push_special_equalizes_state_sums():
+    rng = np.random.default_rng(1)
+    n = 6
+    src = np.repeat(np.arange(n), 3)
+    dst = rng.integers(0, n, size=src.size)
+    w = rng.uniform(0.1, 3.0, size=src.size)
+    final = np.full(n, np.inf, np.float32)
+    final[2] = 0.5
+    fst = F.Fst.from_arcs(n, 0, final, src, src + 1, src + 1, w, dst)
+    pushed = push_special(fst, 1e-6)
+    sums = np.bincount(pushed.arc_state(), weights=np.exp(-pushed.weight.astype(np.float64)),
+                       minlength=n) + np.exp(-pushed.final.astype(np.float64))
+    np.testing.assert_allclose(sums, sums[0], rtol=1e-5)
