@@ -22,7 +22,7 @@ chain-make-den-fst dir/tree dir/0.trans_mdl dir/phone_lm.fst dir/den.fst dir/nor
 @click.argument("args", nargs=-1)
 def command(args: tuple[str, ...]) -> None:
     check_num_args(args, (5,))
-    from ..train.chain.den_graph import make_den_fst
+    from ..train.chain.make_den_fst import make_den_fst
 
     make_den_fst(*args)
 

@@ -17,7 +17,7 @@ from pynnet3.io.table import (INT32_PAIR_VECTOR_HOLDER, INT32_VECTOR_HOLDER,
 from pynnet3.nnet.transition_model import read_transition_model
 from pynnet3.nnet.tree import read_context_dependency
 from pynnet3.train.chain import fst as F
-from pynnet3.train.chain.den_graph import (create_denominator_fst, initial_probs,
+from pynnet3.train.chain.make_den_fst import (create_denominator_fst, initial_probs,
                                            normalization_fst, push_special)
 from pynnet3.train.chain.language_model import LanguageModelOptions, estimate_phone_lm
 from pynnet3.train.chain.make_supervision import (SupervisionOptions,
