@@ -38,4 +38,10 @@ BINARIES = {
     "chain-est-phone-lm": "pynnet3.cli.chain_est_phone_lm:main",
     "chain-make-den-fst": "pynnet3.cli.chain_make_den_fst:main",
     "chain-get-supervision": "pynnet3.cli.chain_get_supervision:main",
+    "nnet3-chain-get-egs": "pynnet3.cli.chain_get_egs:main",
+    "nnet3-chain-copy-egs": "pynnet3.cli.chain_copy_egs:main",
+    "nnet3-chain-merge-egs": "pynnet3.cli.chain_merge_egs:main",
+    "nnet3-chain-shuffle-egs": "pynnet3.cli.chain_shuffle_egs:main",
+    "nnet3-chain-subset-egs": "pynnet3.cli.chain_subset_egs:main",
+    "nnet3-chain-normalize-egs": "pynnet3.cli.chain_normalize_egs:main",
 }
