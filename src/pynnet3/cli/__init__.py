@@ -35,4 +35,8 @@ BINARIES = {
     "nnet3-acc-lda-stats": "pynnet3.cli.acc_lda_stats:main",
     "sum-lda-accs": "pynnet3.cli.sum_lda_accs:main",
     "nnet-get-feature-transform": "pynnet3.cli.get_feature_transform:main",
+    "nnet3-chain-train": "pynnet3.cli.chain_train:main",
+    "nnet3-chain-compute-prob": "pynnet3.cli.chain_compute_prob:main",
+    "nnet3-chain-combine": "pynnet3.cli.chain_combine:main",
+    "nnet3-chain-compute-deriv": "pynnet3.cli.chain_compute_deriv:main",
 }
