@@ -580,7 +580,9 @@ def fst_from_text_lines(lines: list[str], where: str = "FST") -> Fst:
 
 
 def to_kaldifst(fst: Fst):
-    """A kaldifst.StdVectorFst with the same states and arcs in the same order."""
+    """A kaldifst.StdVectorFst with the same states and arcs in the same order
+    (and, for an FST read from a file, the property word it was read with, as
+    OpenFst's reader sets it: algorithms such as Compose consult it)."""
     import kaldifst
 
     out = kaldifst.StdVectorFst()
@@ -600,6 +602,8 @@ def to_kaldifst(fst: Fst):
             out.set_final(s, fin[s])
         for k in range(begin[s], begin[s + 1]):
             out.add_arc(s, StdArc(il[k], ol[k], TW(w[k]), ns[k]))
+    if fst.properties is not None:
+        out.set_properties(fst.properties, kFstProperties)
     return out
 
 
@@ -634,7 +638,114 @@ def from_kaldifst(kf) -> Fst:
                np.asarray(wt, np.float32), np.asarray(ns, np.int32))
 
 
+# ---------------------------------------------------------------------------
+# Operations
+
+
+def state_sort(fst: Fst, order: np.ndarray) -> Fst:
+    """OpenFst's StateSort: state ``s`` becomes ``order[s]``; each state's arcs
+    keep their order."""
+    order = np.asarray(order, dtype=np.int64)
+    n = fst.num_states
+    inv = np.empty(n, np.int64)
+    inv[order] = np.arange(n)
+    counts = np.diff(fst.arc_begin)[inv]
+    arc_begin = np.zeros(n + 1, np.int64)
+    np.cumsum(counts, out=arc_begin[1:])
+    # Old arc index of each new arc position.
+    old = (np.arange(fst.num_arcs) - np.repeat(arc_begin[:-1], counts)
+           + np.repeat(fst.arc_begin[inv], counts))
+    return Fst(int(order[fst.start]) if fst.start >= 0 else -1, fst.final[inv].copy(), arc_begin,
+               fst.ilabel[old], fst.olabel[old], fst.weight[old],
+               order[fst.nextstate[old]].astype(np.int32))
+
+
+def sort_breadth_first(fst: Fst) -> Fst:
+    """Kaldi's SortBreadthFirstSearch: number the states in the order a
+    breadth-first search from the start state (arcs in order) reaches them;
+    the FST must be connected."""
+    n = fst.num_states
+    if fst.start < 0:
+        raise FormatError("SortBreadthFirstSearch: FST has no start state")
+    begin = fst.arc_begin.tolist()
+    nxt = fst.nextstate.tolist()
+    order = [-1] * n
+    seen = [False] * n
+    queue = [fst.start]
+    seen[fst.start] = True
+    head = 0
+    while head < len(queue):
+        s = queue[head]
+        order[s] = head
+        head += 1
+        for t in nxt[begin[s]:begin[s + 1]]:
+            if not seen[t]:
+                seen[t] = True
+                queue.append(t)
+    if head != n:
+        raise FormatError("Input to SortBreadthFirstSearch must be connected.")
+    return state_sort(fst, np.asarray(order))
+
+
+def concat_into(fst1: Fst, fst2: Fst) -> Fst:
+    """OpenFst's ``Concat(fst1, &fst2)`` (fst1 prepended to fst2): fst1's
+    states are appended after fst2's; each final state of fst1 gets, first
+    among its arcs, an epsilon arc with its final weight to fst2's start."""
+    if fst2.start < 0:
+        return fst2.copy()
+    n2 = fst2.num_states
+    is_final = fst1.final != np.inf
+    counts1 = np.diff(fst1.arc_begin)
+    new_counts = counts1 + is_final
+    # Positions within the appended block: the epsilon arc (if any) first.
+    block_begin = np.zeros(fst1.num_states + 1, np.int64)
+    np.cumsum(new_counts, out=block_begin[1:])
+    m = int(block_begin[-1])
+    il = np.zeros(m, np.int32)
+    ol = np.zeros(m, np.int32)
+    w = np.zeros(m, np.float32)
+    ns = np.zeros(m, np.int32)
+    eps_pos = block_begin[:-1][is_final]
+    w[eps_pos] = fst1.final[is_final]
+    ns[eps_pos] = fst2.start
+    arc_pos = (np.arange(fst1.num_arcs) - np.repeat(fst1.arc_begin[:-1], counts1)
+               + np.repeat(block_begin[:-1] + is_final, counts1))
+    il[arc_pos] = fst1.ilabel
+    ol[arc_pos] = fst1.olabel
+    w[arc_pos] = fst1.weight
+    ns[arc_pos] = fst1.nextstate + n2
+    start = fst1.start + n2 if fst1.start >= 0 else -1
+    final = np.concatenate([fst2.final, np.full(fst1.num_states, np.inf, np.float32)])
+    arc_begin = np.concatenate([fst2.arc_begin, fst2.arc_begin[-1] + block_begin[1:]])
+    out = Fst(start, final, arc_begin, np.concatenate([fst2.ilabel, il]),
+              np.concatenate([fst2.olabel, ol]), np.concatenate([fst2.weight, w]),
+              np.concatenate([fst2.nextstate, ns]))
+    if fst1.start < 0:
+        # OpenFst then adds a new (non-final, arc-less) start state.
+        out = Fst(out.num_states, np.append(out.final, np.float32(np.inf)),
+                  np.append(out.arc_begin, out.arc_begin[-1]), out.ilabel, out.olabel,
+                  out.weight, out.nextstate)
+    return out
+
+
+def apply_probability_scale(scale: float, fst: Fst) -> Fst:
+    """Kaldi's ApplyProbabilityScale: every arc and final weight times ``scale``."""
+    out = fst.copy()
+    sc = np.float32(scale)
+    out.weight = (out.weight * sc).astype(np.float32)
+    fin = out.final != np.inf
+    out.final[fin] = (out.final[fin] * sc).astype(np.float32)
+    # Changing arc values through OpenFst's MutableArcIterator forgets every
+    # property but these (which decide, e.g., how Compose matches later).
+    if fst.properties is not None and fst.num_arcs:
+        out.properties = fst.properties & (
+            kBinaryProperties | kAcceptor | kNotAcceptor | kEpsilons | kNoEpsilons | kIEpsilons
+            | kNoIEpsilons | kOEpsilons | kNoOEpsilons | kWeighted | kUnweighted)
+    return out
+
+
 __all__ = ["Fst", "FstHeader", "read_fst", "read_fst_file", "write_vector_fst",
            "write_compact_acceptor", "compute_properties", "properties_to_write",
            "fst_to_text", "fst_from_text_lines", "to_kaldifst", "from_kaldifst",
-           "known_properties", "kCopyProperties"]
+           "known_properties", "kCopyProperties", "state_sort", "sort_breadth_first",
+           "concat_into", "apply_probability_scale"]
