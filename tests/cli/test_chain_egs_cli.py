@@ -209,3 +209,40 @@ def test_full_merge_copy_get_egs(tmp_path):
                 f"ark:{FULL}/feats.ark", f"ark:{FULL}/supervision.ark", f"ark:{tmp_path}/r.ark"))
     assert log_messages(p.stderr.decode())[0] == log_messages(
         (FULL / "log.get_egs.txt").read_text())[0]
+
+
+def test_get_egs_ivectors_and_deriv_weights(tmp_path):
+    """--online-ivectors: an 'ivector' input, one row of the utterance's
+    iVectors; --deriv-weights-rspecifier: the chunk's slice of the weights
+    times the overlap weights (Kaldi's ProcessFile)."""
+    from pynnet3.io.table import TableWriter, MATRIX_HOLDER, VECTOR_HOLDER, GENERAL_MATRIX_HOLDER
+
+    rng = np.random.default_rng(0)
+    with SequentialTableReader(f"ark:{GOLDEN}/feats_5.ark", GENERAL_MATRIX_HOLDER) as rd:
+        lengths = {k: m.num_rows for k, m in rd}
+    ivecs = {k: rng.standard_normal(((n + 9) // 10, 4)).astype(np.float32)
+             for k, n in lengths.items()}
+    dws = {k: rng.uniform(0, 1, (n + 2) // 3).astype(np.float32) for k, n in lengths.items()}
+    with TableWriter(f"ark:{tmp_path}/iv.ark", MATRIX_HOLDER) as w:
+        for k, v in ivecs.items():
+            w.write(k, v)
+    with TableWriter(f"ark:{tmp_path}/dw.ark", VECTOR_HOLDER) as w:
+        for k, v in dws.items():
+            w.write(k, v)
+    ok(run("nnet3-chain-get-egs", *GET_EGS_OPTS, f"--chunk-starts=ark:{GOLDEN}/cegs_32.ark",
+           f"--online-ivectors=ark:{tmp_path}/iv.ark", "--online-ivector-period=10",
+           f"--deriv-weights-rspecifier=ark:{tmp_path}/dw.ark", f"{GOLDEN}/normalization.fst",
+           f"ark:{GOLDEN}/feats_5.ark", f"ark:{GOLDEN}/supervision.ark", f"ark:{tmp_path}/g.ark"))
+    ref = dict(read_egs(GOLDEN / "cegs_32.ark"))
+    mine = read_egs(tmp_path / "g.ark")
+    assert len(mine) == 27
+    for key, eg in mine:
+        utt, first = key.rsplit("-", 1)
+        r = ref[key]
+        assert [io.name for io in eg.inputs] == ["input", "ivector"]
+        iv = eg.inputs[1].features.to_matrix()
+        assert iv.shape == (1, 4) and any(np.array_equal(iv[0], row) for row in ivecs[utt])
+        assert eg.outputs[0].supervision == r.outputs[0].supervision
+        start = int(first) // 3
+        want = dws[utt][start:start + 10] * r.outputs[0].deriv_weights
+        np.testing.assert_array_equal(eg.outputs[0].deriv_weights, want.astype(np.float32))

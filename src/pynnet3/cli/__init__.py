@@ -44,4 +44,8 @@ BINARIES = {
     "nnet3-chain-shuffle-egs": "pynnet3.cli.chain_shuffle_egs:main",
     "nnet3-chain-subset-egs": "pynnet3.cli.chain_subset_egs:main",
     "nnet3-chain-normalize-egs": "pynnet3.cli.chain_normalize_egs:main",
+    "nnet3-chain-train": "pynnet3.cli.chain_train:main",
+    "nnet3-chain-compute-prob": "pynnet3.cli.chain_compute_prob:main",
+    "nnet3-chain-combine": "pynnet3.cli.chain_combine:main",
+    "nnet3-chain-compute-deriv": "pynnet3.cli.chain_compute_deriv:main",
 }
