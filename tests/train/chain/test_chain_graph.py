@@ -188,3 +188,47 @@ def test_push_special_equalizes_state_sums():
     sums = np.bincount(pushed.arc_state(), weights=np.exp(-pushed.weight.astype(np.float64)),
                        minlength=n) + np.exp(-pushed.final.astype(np.float64))
     np.testing.assert_allclose(sums, sums[0], rtol=1e-5)
+
+
+def test_den_fst_gives_kaldis_chain_objective(den_and_norm):
+    """The chain objective and its derivative on the first merged minibatch of
+    Kaldi's egs (32 sequences), random network outputs: our den.fst against
+    Kaldi's (the numerator part is the same supervision)."""
+    from pynnet3.train.chain.den_graph import DenominatorGraph
+    from pynnet3.train.chain.egs import CHAIN_EXAMPLE_HOLDER
+    from pynnet3.train.chain.objective import ChainTrainingOptions, compute_chain_objf_and_deriv
+
+    den, _norm = den_and_norm
+    with SequentialTableReader(f"ark:{GOLDEN / 'merged_0.ark'}", CHAIN_EXAMPLE_HOLDER) as rd:
+        _key, eg = next(iter(rd))
+    sup = eg.outputs[0].supervision
+    rows = sup.num_sequences * sup.frames_per_sequence
+    out = np.random.default_rng(3).normal(size=(rows, 64)).astype(np.float32)
+    opts = ChainTrainingOptions(leaky_hmm_coefficient=0.1, xent_regularize=0.1,
+                                l2_regularize=5e-5, out_of_range_regularize=0.01)
+    results = [compute_chain_objf_and_deriv(opts, DenominatorGraph.from_fst(f, 64), sup, out,
+                                            want_deriv=True, want_xent=False)
+               for f in (den, F.read_fst_file(str(GOLDEN / "den.fst")))]
+    ours, kaldi = results
+    assert ours.ok and kaldi.ok
+    assert abs(ours.objf - kaldi.objf) <= 1e-5 * abs(kaldi.objf)
+    np.testing.assert_allclose(ours.deriv, kaldi.deriv, atol=1e-5)
+
+
+def test_normalization_fst_gives_kaldis_egs_weights(den_and_norm):
+    """A chunk of Kaldi's supervision weighted by our normalization.fst and by
+    Kaldi's (as nnet3-chain-get-egs does): the same FST, weights within 1e-5."""
+    from pynnet3.train.chain.supervision import SupervisionSplitter, add_weight_to_supervision_fst
+
+    _den, norm = den_and_norm
+    with SequentialTableReader(f"ark:{GOLDEN / 'supervision.ark'}", SUPERVISION_HOLDER) as rd:
+        sups = [s for _k, s in rd][:3]
+    kaldi_norm = F.read_fst_file(str(GOLDEN / "normalization.fst"))
+    for sup in sups:
+        for begin in (0, 7):
+            chunks = []
+            for nf in (norm, kaldi_norm):
+                chunk = SupervisionSplitter(sup).get_frame_range(begin, 10)
+                assert add_weight_to_supervision_fst(nf, chunk)
+                chunks.append(chunk.fst)
+            assert fst_isomorphic(chunks[0], chunks[1], tol=1e-5)
