@@ -21,14 +21,14 @@ Phone sequences follow a fixed random bigram (same for every set) so that the ph
 has structure.  SET is train, valid and test.
 """
 import argparse
+import importlib.util
 import os
 import sys
 
 import numpy as np
 
-try:
-    import pynnet3  # noqa: F401
-except ImportError:  # a checkout that is not installed: path.sh set PYNNET3_ROOT
+if importlib.util.find_spec("pynnet3") is None:
+    # a checkout that is not installed: path.sh set PYNNET3_ROOT
     sys.path.insert(0, os.path.join(os.environ.get("PYNNET3_ROOT", "../.."), "src"))
 
 from pynnet3.io.kaldi_io import KaldiWriter, kaldi_object_bytes, write_wxfilename  # noqa: E402
