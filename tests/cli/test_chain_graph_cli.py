@@ -65,6 +65,8 @@ def test_chain_make_den_fst(tmp_path, capsys):
     den, norm = tmp_path / "den.fst", tmp_path / "normalization.fst"
     assert run_binary("chain-make-den-fst", str(GOLDEN / "tree"), str(GOLDEN / "0.trans_mdl"),
                       str(GOLDEN / "phone_lm.fst"), str(den), str(norm)) == 0
+    assert den.read_bytes() == (GOLDEN / "den.fst").read_bytes()
+    assert norm.read_bytes() == (GOLDEN / "normalization.fst").read_bytes()
     assert fst_isomorphic(F.read_fst_file(str(den)), F.read_fst_file(str(GOLDEN / "den.fst")))
     assert fst_isomorphic(F.read_fst_file(str(norm)),
                           F.read_fst_file(str(GOLDEN / "normalization.fst")))

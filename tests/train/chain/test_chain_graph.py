@@ -1,8 +1,8 @@
 """The chain graph tools' library code against real Kaldi's outputs (goldens in
 tests/data/chain, copied from the reference's chain/ folder): the phone LM
 (byte-identical), the supervision FSTs (byte-identical archive) and the
-denominator / normalization FSTs (the same graphs as Kaldi's up to state
-numbering, weights within 1e-5, and the same forward log-probabilities)."""
+denominator / normalization FSTs (byte-identical; also checked as graphs and
+by the chain objective they give)."""
 from __future__ import annotations
 
 import math
@@ -19,6 +19,7 @@ from pynnet3.nnet.tree import read_context_dependency
 from pynnet3.train.chain import fst as F
 from pynnet3.train.chain.make_den_fst import (create_denominator_fst, initial_probs,
                                            normalization_fst, push_special)
+from pynnet3.train.chain.graph import libstdcxx_sort_order
 from pynnet3.train.chain.language_model import LanguageModelOptions, estimate_phone_lm
 from pynnet3.train.chain.make_supervision import (SupervisionOptions,
                                                   alignment_to_proto_supervision,
@@ -156,6 +157,12 @@ def _forward_logprob(fst, loglikes: np.ndarray) -> float:
     return tot
 
 
+def test_den_fst_byte_identical_to_kaldi(den_and_norm):
+    den, norm = den_and_norm
+    assert F.write_vector_fst(den) == (GOLDEN / "den.fst").read_bytes()
+    assert F.write_vector_fst(norm) == (GOLDEN / "normalization.fst").read_bytes()
+
+
 def test_den_fst_same_graph_as_kaldi(den_and_norm):
     den, norm = den_and_norm
     kaldi_den = F.read_fst_file(str(GOLDEN / "den.fst"))
@@ -173,6 +180,18 @@ def test_den_fst_same_graph_as_kaldi(den_and_norm):
     assert _forward_logprob(den, ll) == pytest.approx(_forward_logprob(kaldi_den, ll), abs=1e-5)
     np.testing.assert_allclose(np.sort(initial_probs(den)), np.sort(initial_probs(kaldi_den)),
                                rtol=1e-5)
+
+
+def test_libstdcxx_sort_order_sorts():
+    rng = np.random.default_rng(5)
+    for n in (0, 1, 2, 16, 17, 33, 400, 3000):
+        keys = rng.integers(0, 7, size=n).tolist()
+        order = libstdcxx_sort_order(keys)
+        assert sorted(order) == list(range(n))
+        assert [keys[i] for i in order] == sorted(keys)
+    # equal keys: not a stable sort beyond 16 elements (as std::sort)
+    keys = [1] * 40 + [0] * 40
+    assert libstdcxx_sort_order(keys) != sorted(range(80), key=lambda i: keys[i])
 
 
 def test_push_special_equalizes_state_sums():
@@ -232,3 +251,73 @@ def test_normalization_fst_gives_kaldis_egs_weights(den_and_norm):
                 assert add_weight_to_supervision_fst(nf, chunk)
                 chunks.append(chunk.fst)
             assert fst_isomorphic(chunks[0], chunks[1], tol=1e-5)
+
+
+def _accepts(fst, labels: list[int], from_start_only: bool = True) -> bool:
+    """Does the (epsilon-free) acceptor have a path with these labels from its
+    start state (to a final state when ``from_start_only``)?"""
+    cur = {fst.start}
+    for lab in labels:
+        nxt = set()
+        for s in cur:
+            for k in range(fst.arc_begin[s], fst.arc_begin[s + 1]):
+                if fst.ilabel[k] == lab:
+                    nxt.add(int(fst.nextstate[k]))
+        cur = nxt
+        if not cur:
+            return False
+    return not from_start_only or any(fst.final[s] != np.inf for s in cur)
+
+
+@pytest.mark.parametrize("width,central", [(2, 1), (3, 1), (1, 0)])
+def test_graphs_accept_the_alignment(width, central, tmp_path):
+    """Monophone, left-biphone and triphone trees (made here): the supervision
+    of an alignment (no tolerance, no subsampling) accepts the alignment's pdf
+    sequence, and the denominator graph built from the same phone sequences
+    has a path for it."""
+    from pynnet3.nnet.transition_model import TransitionModel, read_topology
+    from pynnet3.nnet.tree import (K_PDF_CLASS, ConstantEventMap, ContextDependency,
+                                   SplitEventMap, TableEventMap)
+
+    num_phones = 6
+    rng = np.random.default_rng(width)
+    counter = iter(range(1000))
+
+    def leaf(key: int) -> object:
+        if key < 0 or key >= width or key == central:
+            return ConstantEventMap(next(counter))
+        return SplitEventMap(key, [2, 4, 5], ConstantEventMap(next(counter)),
+                             ConstantEventMap(next(counter)))
+
+    table = [None] + [TableEventMap(K_PDF_CLASS, [leaf(central - 1), leaf(central + 1)])
+                      for _p in range(num_phones)]
+    tree = ContextDependency(width, central, TableEventMap(central, table))
+    (tmp_path / "topo").write_text("<Topology>\n<TopologyEntry>\n<ForPhones>\n1 2 3 4 5 6\n</ForPhones>\n"
+                 "<State> 0 <ForwardPdfClass> 0 <SelfLoopPdfClass> 1 <Transition> 0 0.5 "
+                 "<Transition> 1 0.5 </State>\n<State> 1 </State>\n</TopologyEntry>\n</Topology>\n")
+    topo = read_topology(str(tmp_path / "topo"))
+    tm = TransitionModel.from_tree(tree, topo)
+
+    def pdf_seq(phones: list[int], durs: list[int]) -> list[int]:
+        out = []
+        padded = [0] * (width - 1) + phones + [0] * (width - 1)
+        for i, (ph, d) in enumerate(zip(phones, durs)):
+            window = padded[i + width - 1 - central: i + 2 * width - 1 - central]
+            assert window[central] == ph
+            out += [tree.compute(window, 0)] + [tree.compute(window, 1)] * (d - 1)
+        return out
+
+    seqs = [[1] + [int(x) for x in rng.integers(2, num_phones + 1, size=8)] + [1]
+            for _ in range(20)]
+    lm = estimate_phone_lm(seqs, LanguageModelOptions(num_extra_lm_states=50))
+    den = create_denominator_fst(tree, tm, lm)
+    assert den.num_states > 0
+    opts = SupervisionOptions(left_tolerance=0, right_tolerance=0)
+    for phones in seqs[:5]:
+        durs = [int(x) for x in rng.integers(1, 4, size=len(phones))]
+        labels = [p + 1 for p in pdf_seq(phones, durs)]
+        sup = proto_supervision_to_supervision(
+            tree, tm, alignment_to_proto_supervision(opts, list(zip(phones, durs))))
+        assert _accepts(sup.fst, labels)
+        assert not _accepts(sup.fst, labels[1:] + labels[:1]) or labels[0] == labels[-1]
+        assert _accepts(den, labels, from_start_only=False)

@@ -2,10 +2,13 @@
 FST -> context-dependent phones -> HMM transition-ids (Kaldi's context FST
 composition, GetHTransducer, TableCompose and AddSelfLoops with reorder=true).
 
-The FST algorithms that OpenFst provides (composition, epsilon removal, the
-context composition of Kaldi's fstext) come from kaldifst; the HMM-specific
-steps, which are small, are done here on :class:`~.fst.Fst` arrays, in Kaldi's
-state and arc order where the order reaches the output.
+The general FST algorithms OpenFst provides (epsilon removal, the context
+composition of Kaldi's fstext) come from kaldifst; the HMM-specific steps, the
+composition with H (whose state numbering is that of Kaldi's TableCompose),
+Kaldi's RemoveEpsLocal and an arc sort with libstdc++'s std::sort order (the
+kaldifst build's ArcSort is a stable sort, Kaldi's is not) are done here on
+:class:`~.fst.Fst` arrays, keeping Kaldi's state and arc order throughout, so
+that the FSTs written are byte-identical to Kaldi's.
 """
 from __future__ import annotations
 
@@ -135,17 +138,6 @@ def h_transducer(ilabels: list[list[int]], ctx_dep: ContextDependency, tm: Trans
     return fst_from_lists(num_states, 0, np.array(final, np.float32), arcs)
 
 
-def compose(a: Fst, b: Fst) -> Fst:
-    """OpenFst's Compose (via kaldifst), b arc-sorted on input labels first."""
-    import kaldifst
-
-    ka, kb = to_kaldifst(a), to_kaldifst(b)
-    kaldifst.arcsort(kb, sort_type="ilabel")
-    out = from_kaldifst(kaldifst.compose(ka, kb))
-    out.properties = None
-    return out
-
-
 def add_self_loops_reorder(fst: Fst, tm: TransitionModel, self_loop_scale: float) -> Fst:
     """Kaldi's AddSelfLoops with reorder=true (check_no_self_loops): each state
     entered by a transition-id gets the self-loop of that transition's state,
@@ -219,7 +211,7 @@ def transition_id_fst(phone_fst: Fst, ctx_dep: ContextDependency, tm: Transition
     common part of ProtoSupervisionToSupervision and CreateDenominatorFst)."""
     cd, ilabels = compose_context(phone_fst, ctx_dep)
     h = h_transducer(ilabels, ctx_dep, tm, transition_scale)
-    composed = compose(h, cd)
+    composed = compose_h(h, cd)
     with_loops = add_self_loops_reorder(composed, tm, self_loop_scale)
     with_loops.olabel = with_loops.ilabel.copy()
     return with_loops
@@ -240,3 +232,375 @@ def state_sort(fst: Fst, order: np.ndarray) -> Fst:
     return Fst(int(order[fst.start]) if fst.start >= 0 else -1, fst.final[inv].copy(), arc_begin,
                fst.ilabel[idx].copy(), fst.olabel[idx].copy(), fst.weight[idx].copy(),
                order[fst.nextstate[idx]].astype(np.int32))
+
+
+def compose_h(h: Fst, cd: Fst) -> Fst:
+    """H o cd as Kaldi's TableCompose builds it (OpenFst's ComposeFst with a
+    table matcher on H's output labels and the sequence filter, copied into a
+    VectorFst and connected): states numbered in order of discovery, each
+    state's arcs being first H's output-epsilon arcs (cd stays), then for
+    each cd arc in order the H arcs with its label (for a cd epsilon, cd
+    moving alone)."""
+    h_begin, h_il, h_ol = h.arc_begin.tolist(), h.ilabel.tolist(), h.olabel.tolist()
+    h_w, h_ns = h.weight.tolist(), h.nextstate.tolist()
+    c_begin, c_il, c_w, c_ns = (cd.arc_begin.tolist(), cd.ilabel.tolist(), cd.weight.tolist(),
+                                cd.nextstate.tolist())
+    # per H state: output label -> its arcs, in order
+    by_label: list[dict[int, list[int]]] = []
+    for s in range(h.num_states):
+        d: dict[int, list[int]] = {}
+        for a in range(h_begin[s], h_begin[s + 1]):
+            d.setdefault(h_ol[a], []).append(a)
+        by_label.append(d)
+    index = {(h.start, cd.start): 0}
+    states = [(h.start, cd.start)]
+    src, il, ol, wt, ns = [], [], [], [], []
+
+    def state_of(key: tuple[int, int]) -> int:
+        k = index.get(key)
+        if k is None:
+            k = len(states)
+            index[key] = k
+            states.append(key)
+        return k
+
+    k = 0
+    while k < len(states):
+        s1, s2 = states[k]
+        for a in by_label[s1].get(0, ()):
+            src.append(k)
+            il.append(h_il[a])
+            ol.append(0)
+            wt.append(h_w[a])
+            ns.append(state_of((h_ns[a], s2)))
+        for b in range(c_begin[s2], c_begin[s2 + 1]):
+            if c_il[b] == 0:
+                # cd moves alone (H's implicit epsilon loop): the sequence
+                # filter allows it from H states without output-epsilon arcs
+                # (the loop state); states with only those arcs block it.
+                eps_out = len(by_label[s1].get(0, ()))
+                num_out = h_begin[s1 + 1] - h_begin[s1]
+                if eps_out == num_out and h.final[s1] == np.inf:
+                    continue
+                if eps_out:
+                    raise PynnetError("compose_h: H state with mixed epsilon and "
+                                      "non-epsilon output arcs (not supported)")
+                src.append(k)
+                il.append(0)
+                ol.append(0)
+                wt.append(c_w[b])
+                ns.append(state_of((s1, c_ns[b])))
+                continue
+            for a in by_label[s1].get(c_il[b], ()):
+                src.append(k)
+                il.append(h_il[a])
+                ol.append(c_il[b])
+                wt.append(float(np.float32(h_w[a]) + np.float32(c_w[b])))
+                ns.append(state_of((h_ns[a], c_ns[b])))
+        k += 1
+    n = len(states)
+    final = np.array([np.float32(h.final[s1]) + np.float32(cd.final[s2]) for s1, s2 in states],
+                     np.float32)
+    out = Fst.from_arcs(n, 0, final, src, il, ol, wt, ns)
+    return connect(out)
+
+
+def connect(fst: Fst) -> Fst:
+    """OpenFst's Connect: drop states not on a successful path, keeping the
+    order of the others (and of the arcs)."""
+    n = fst.num_states
+    if n == 0 or fst.start < 0:
+        return Fst()
+    src = fst.arc_state().astype(np.int64)
+    dst = fst.nextstate.astype(np.int64)
+    acc = np.zeros(n, bool)
+    acc[fst.start] = True
+    coacc = fst.final != np.inf
+    while True:
+        new = acc.copy()
+        new[dst[acc[src]]] = True
+        if np.array_equal(new, acc):
+            break
+        acc = new
+    while True:
+        new = coacc.copy()
+        new[src[coacc[dst]]] = True
+        if np.array_equal(new, coacc):
+            break
+        coacc = new
+    keep = acc & coacc
+    if keep.all():
+        return fst
+    if not keep[fst.start]:
+        return Fst()
+    remap = np.full(n, -1, np.int64)
+    remap[keep] = np.arange(int(keep.sum()))
+    ka = keep[src] & keep[dst]
+    return Fst.from_arcs(int(keep.sum()), int(remap[fst.start]), fst.final[keep], remap[src[ka]],
+                         fst.ilabel[ka], fst.olabel[ka], fst.weight[ka], remap[dst[ka]])
+
+
+def remove_eps_local(fst: Fst) -> Fst:
+    """Kaldi's fst::RemoveEpsLocal (tropical semiring): removes epsilon arcs
+    where that does not add states or arcs, then Connect."""
+    inf = np.float32(np.inf)
+    f32 = np.float32
+    n0 = fst.num_states
+    if fst.start < 0:
+        return fst
+    arcs: list[list[list]] = []   # per state: [ilabel, olabel, weight(f32), nextstate]
+    begin = fst.arc_begin.tolist()
+    il, ol, w, nxt = fst.ilabel.tolist(), fst.olabel.tolist(), fst.weight.tolist(), fst.nextstate.tolist()
+    for s in range(n0):
+        arcs.append([[il[a], ol[a], f32(w[a]), nxt[a]] for a in range(begin[s], begin[s + 1])])
+    final = [f32(x) for x in fst.final.tolist()]
+    dead = n0                      # the non-coaccessible state arcs are "deleted" to
+    arcs.append([])
+    final.append(inf)
+    n_in = [0] * (n0 + 1)
+    n_out = [0] * (n0 + 1)
+    n_in[fst.start] += 1
+    for s in range(n0 + 1):
+        if final[s] != inf:
+            n_out[s] += 1
+        for a in arcs[s]:
+            n_in[a[3]] += 1
+            n_out[s] += 1
+
+    def combine(a: list, b: list) -> list | None:
+        if a[0] != 0 and b[0] != 0:
+            return None
+        if a[1] != 0 and b[1] != 0:
+            return None
+        return [a[0] if a[0] != 0 else b[0], a[1] if a[1] != 0 else b[1], f32(a[2] + b[2]), b[3]]
+
+    def reweight(s: int, pos: int, rw: np.float32) -> None:
+        arc = arcs[s][pos]
+        arc[2] = f32(arc[2] + rw)
+        for na in arcs[arc[3]]:
+            if na[3] != dead:
+                na[2] = f32(na[2] - rw)
+        if final[arc[3]] != inf:
+            final[arc[3]] = f32(final[arc[3]] - rw)
+
+    def pattern1(s: int, pos: int, arc: list) -> None:
+        nxs = arc[3]
+        removed, kept = inf, inf
+        to_add = []
+        for na in arcs[nxs]:
+            if na[3] == dead:
+                continue
+            c = combine(arc, na)
+            if c is not None:
+                removed = min(removed, na[2])
+                n_out[nxs] -= 1
+                n_in[na[3]] -= 1
+                na[3] = dead
+                to_add.append(c)
+            else:
+                kept = min(kept, na[2])
+        if final[nxs] != inf:
+            if arc[0] == 0 and arc[1] == 0:
+                removed = min(removed, final[nxs])
+                if final[s] == inf:
+                    n_out[s] += 1
+                final[s] = min(final[s], f32(arc[2] + final[nxs]))
+                n_out[nxs] -= 1
+                final[nxs] = inf
+            else:
+                kept = min(kept, final[nxs])
+        if removed != inf:
+            if kept == inf:
+                n_out[s] -= 1
+                n_in[arc[3]] -= 1
+                arcs[s][pos][3] = dead
+            else:
+                total = min(removed, kept)
+                reweight(s, pos, f32(kept - total))
+        for c in to_add:
+            n_out[s] += 1
+            n_in[c[3]] += 1
+            arcs[s].append(c)
+
+    def pattern2(s: int, pos: int, arc: list) -> None:
+        nxs = arc[3]
+        can_delete_next = n_in[nxs] == 1
+        delete_arc = False
+        if final[nxs] != inf:
+            if arc[0] == 0 and arc[1] == 0:
+                if final[s] == inf:
+                    n_out[s] += 1
+                final[s] = min(final[s], f32(arc[2] + final[nxs]))
+                delete_arc = True
+                if can_delete_next:
+                    n_out[nxs] -= 1
+                    final[nxs] = inf
+        else:
+            na = next(x for x in arcs[nxs] if x[3] != dead)
+            c = combine(arc, na)
+            if c is not None:
+                delete_arc = True
+                if can_delete_next:
+                    n_out[nxs] -= 1
+                    n_in[na[3]] -= 1
+                    na[3] = dead
+                n_out[s] += 1
+                n_in[c[3]] += 1
+                arcs[s].append(c)
+        if delete_arc:
+            n_out[s] -= 1
+            n_in[nxs] -= 1
+            arcs[s][pos][3] = dead
+
+    for s in range(n0 + 1):
+        pos = 0
+        while pos < len(arcs[s]):
+            arc = list(arcs[s][pos])
+            nxs = arc[3]
+            if nxs != dead and nxs != s:
+                if n_in[nxs] == 1 and n_out[nxs] > 1:
+                    pattern1(s, pos, arc)
+                elif n_out[nxs] == 1:
+                    pattern2(s, pos, arc)
+            pos += 1
+    src_l, il_l, ol_l, w_l, ns_l = [], [], [], [], []
+    for s in range(n0 + 1):
+        for a in arcs[s]:
+            src_l.append(s)
+            il_l.append(a[0])
+            ol_l.append(a[1])
+            w_l.append(a[2])
+            ns_l.append(a[3])
+    out = Fst.from_arcs(n0 + 1, fst.start, np.array(final, np.float32), src_l, il_l, ol_l, w_l, ns_l)
+    return connect(out)
+
+
+def libstdcxx_sort_order(keys: list) -> list[int]:
+    """The permutation GNU libstdc++'s std::sort (introsort, then insertion
+    sort) makes of ``keys`` under ``<``: which of the equal keys comes first
+    depends on the algorithm, and OpenFst's ArcSort in Kaldi's build is a
+    std::sort, so arcs with equal labels end up in its order."""
+    a = list(range(len(keys)))
+
+    def less(i: int, j: int) -> bool:
+        return keys[i] < keys[j]
+
+    def adjust_heap(first: int, hole: int, length: int, value: int) -> None:
+        top = hole
+        child = hole
+        while child < (length - 1) // 2:
+            child = 2 * (child + 1)
+            if less(a[first + child], a[first + child - 1]):
+                child -= 1
+            a[first + hole] = a[first + child]
+            hole = child
+        if length % 2 == 0 and child == (length - 2) // 2:
+            child = 2 * (child + 1)
+            a[first + hole] = a[first + child - 1]
+            hole = child - 1
+        parent = (hole - 1) // 2
+        while hole > top and less(a[first + parent], value):
+            a[first + hole] = a[first + parent]
+            hole = parent
+            parent = (hole - 1) // 2
+        a[first + hole] = value
+
+    def heap_sort(first: int, last: int) -> None:
+        length = last - first
+        if length >= 2:
+            parent = (length - 2) // 2
+            while True:
+                adjust_heap(first, parent, length, a[first + parent])
+                if parent == 0:
+                    break
+                parent -= 1
+        while last - first > 1:
+            last -= 1
+            value = a[last]
+            a[last] = a[first]
+            adjust_heap(first, 0, last - first, value)
+
+    def move_median_to_first(result: int, x: int, y: int, z: int) -> None:
+        if less(a[x], a[y]):
+            if less(a[y], a[z]):
+                m = y
+            elif less(a[x], a[z]):
+                m = z
+            else:
+                m = x
+        elif less(a[x], a[z]):
+            m = x
+        elif less(a[y], a[z]):
+            m = z
+        else:
+            m = y
+        a[result], a[m] = a[m], a[result]
+
+    def partition_pivot(first: int, last: int) -> int:
+        mid = first + (last - first) // 2
+        move_median_to_first(first, first + 1, mid, last - 1)
+        lo, hi, pivot = first + 1, last, first
+        while True:
+            while less(a[lo], a[pivot]):
+                lo += 1
+            hi -= 1
+            while less(a[pivot], a[hi]):
+                hi -= 1
+            if not lo < hi:
+                return lo
+            a[lo], a[hi] = a[hi], a[lo]
+            lo += 1
+
+    def introsort(first: int, last: int, depth: int) -> None:
+        while last - first > 16:
+            if depth == 0:
+                heap_sort(first, last)
+                return
+            depth -= 1
+            cut = partition_pivot(first, last)
+            introsort(cut, last, depth)
+            last = cut
+
+    def linear_insert(i: int) -> None:
+        val = a[i]
+        j = i - 1
+        while less(val, a[j]):
+            a[i] = a[j]
+            i = j
+            j -= 1
+        a[i] = val
+
+    def insertion_sort(first: int, last: int) -> None:
+        for i in range(first + 1, last):
+            if less(a[i], a[first]):
+                val = a[i]
+                a[first + 1:i + 1] = a[first:i]
+                a[first] = val
+            else:
+                linear_insert(i)
+
+    n = len(a)
+    if n > 1:
+        introsort(0, n, 2 * (n.bit_length() - 1))
+        if n > 16:
+            insertion_sort(0, 16)
+            for i in range(16, n):
+                linear_insert(i)
+        else:
+            insertion_sort(0, n)
+    return a
+
+
+def arcsort_ilabel(fst: Fst) -> Fst:
+    """OpenFst's ArcSort(ILabelCompare) as in Kaldi's build (std::sort per state)."""
+    out = fst.copy()
+    begin = fst.arc_begin.tolist()
+    il = fst.ilabel.tolist()
+    perm = np.arange(fst.num_arcs)
+    for s in range(fst.num_states):
+        a, b = begin[s], begin[s + 1]
+        if b - a > 1:
+            perm[a:b] = a + np.asarray(libstdcxx_sort_order(il[a:b]))
+    out.ilabel, out.olabel = fst.ilabel[perm], fst.olabel[perm]
+    out.weight, out.nextstate = fst.weight[perm], fst.nextstate[perm]
+    return out

@@ -6,10 +6,12 @@ The phone LM is expanded to context-dependent phones and HMM transition-ids
 with transition probabilities (scale 1), relabelled with pdf-id + 1, freed of
 epsilons, then shrunk by three rounds of (reverse, push, minimize, reverse,
 push, minimize) -- Kaldi's DenGraphMinimizeWrapper -- and its states ordered by
-decreasing number of arcs in + out.  Composition, epsilon removal, reversal and
-the encoded acceptor minimization are OpenFst's (kaldifst); Kaldi's own
-PushSpecial (make every state's total out-probability equal, with the top
-eigenvector of the transition matrix) and the state ordering are done here.
+decreasing number of arcs in + out.  Epsilon removal, reversal and the encoded
+acceptor minimization are OpenFst's (kaldifst); Kaldi's own PushSpecial (make
+every state's total out-probability equal, with the top eigenvector of the
+transition matrix, in Kaldi's float arithmetic and summation order),
+RemoveEpsLocal and the state ordering are done here.  On the reference setup
+den.fst and normalization.fst come out byte-identical to Kaldi's.
 """
 from __future__ import annotations
 
@@ -19,10 +21,10 @@ import numpy as np
 
 from ... import log
 from ...errors import PynnetError
-from ...nnet.transition_model import TransitionModel
+from ...nnet.transition_model import TransitionModel, expf
 from ...nnet.tree import ContextDependency
 from .fst import Fst, from_kaldifst, to_kaldifst
-from .graph import compose_context, rm_epsilon, state_sort, transition_id_fst
+from .graph import arcsort_ilabel, compose_context, remove_eps_local, rm_epsilon, state_sort, transition_id_fst
 
 K_DELTA = 1.0 / 1024.0  # OpenFst's kDelta
 
@@ -40,22 +42,35 @@ def _num_arcs_text(fst: Fst) -> str:
 def push_special(fst: Fst, delta: float) -> Fst:
     """Kaldi's fst::PushSpecial: reweight with the top eigenvector of the
     transition matrix (final probabilities leading back to the start state)
-    so that every state sums to the same total."""
+    so that every state sums to the same total.  Kaldi's arithmetic is kept
+    (float expf of the weights, its order of summation), so the weights come
+    out as Kaldi's."""
     n = fst.num_states
     if n == 0:
         return fst
     start = fst.start
     src = fst.arc_state().astype(np.int64)
     dst = fst.nextstate.astype(np.int64)
-    p = np.exp(-fst.weight.astype(np.float64))
-    fin = np.exp(-fst.final.astype(np.float64))
+    p = expf(-fst.weight).astype(np.float64)
+    fin = expf(-fst.final).astype(np.float64)
+    # Kaldi keeps, per state i, the list of (j, p) with an arc j -> i (in
+    # order of j, then arc order); the final probs of the states j are
+    # appended to the start state's list as they come (after j's arcs).
     has_final = fin != 0.0
-    fsrc = np.flatnonzero(has_final)
-    fp = fin[has_final]
+    e_i = np.concatenate([dst, np.full(int(has_final.sum()), start, np.int64)])
+    e_j = np.concatenate([src, np.flatnonzero(has_final)])
+    e_p = np.concatenate([p, fin[has_final]])
+    # construction order: state j's arcs, then j's final
+    e_order_key = np.concatenate([np.arange(src.size) + src, np.flatnonzero(has_final)
+                                  + np.asarray(fst.arc_begin[1:])[has_final]])
+    order = np.lexsort((e_order_key, e_i))   # by i, then construction order
+    e_i, e_j, e_p = e_i[order], e_j[order], e_p[order]
     occ = np.full(n, 1.0 / math.sqrt(n))
 
     def accuracy() -> float:
-        sums = np.bincount(src, weights=p * occ[dst] / occ[src], minlength=n)
+        terms = p * occ[dst] / occ[src]
+        sums = np.zeros(n)
+        np.add.at(sums, src, terms)          # in arc order, as Kaldi's loop
         sums += fin * occ[start] / occ
         return math.log(sums.max() / sums.min())
 
@@ -63,9 +78,8 @@ def push_special(fst: Fst, delta: float) -> Fst:
     converged = False
     for it in range(max_iter):
         new = 0.1 * occ
-        new += np.bincount(src, weights=occ[dst] * p, minlength=n)
-        new[fsrc] += occ[start] * fp
-        lam = math.sqrt(float(np.dot(new, new)))
+        np.add.at(new, e_j, occ[e_i] * e_p)  # sequential, in Kaldi's order
+        lam = math.sqrt(float(np.cumsum(new * new)[-1]))
         occ = new * (1.0 / lam)
         if it % 5 == 0 and it > 0 and accuracy() <= delta:
             converged = True
@@ -143,9 +157,7 @@ def create_denominator_fst(ctx_dep: ContextDependency, tm: TransitionModel, phon
     tid.ilabel = lab
     tid.olabel = lab.copy()
     log.log(f"Number of states and arcs in transition-id FST is {_num_arcs_text(tid)}")
-    # Kaldi's RemoveEpsLocal first only keeps the intermediate graph small;
-    # RmEpsilon gives the same epsilon-free FST here.
-    tid = rm_epsilon(tid)
+    tid = rm_epsilon(remove_eps_local(tid))
     log.log("Number of states and arcs in transition-id FST after removing epsilons is "
             f"{_num_arcs_text(tid)}")
     den = sort_on_transition_count(den_graph_minimize(tid))
@@ -208,8 +220,7 @@ def normalization_fst(den: Fst) -> Fst:
                         np.concatenate([den.nextstate, np.arange(n, dtype=np.int32)]))
     kf = to_kaldifst(fst)
     kaldifst.rmepsilon(kf)
-    kaldifst.arcsort(kf, sort_type="ilabel")
-    out = from_kaldifst(kf)
+    out = arcsort_ilabel(from_kaldifst(kf))
     out.properties = NORMALIZATION_FST_PROPERTIES
     return out
 
