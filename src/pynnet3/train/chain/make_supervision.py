@@ -122,15 +122,24 @@ def sort_breadth_first(fst: Fst) -> Fst:
     return state_sort(fst, order)
 
 
+def _tid_tables(tm: TransitionModel) -> tuple[list[int], list[int]]:
+    """phone and pdf-id of each transition-id (index 0 unused), cached on the model."""
+    cached = getattr(tm, "_chain_tid_tables", None)
+    if cached is None:
+        n = tm.num_transition_ids()
+        phones = [0] + [tm.transition_id_to_phone(t) for t in range(1, n + 1)]
+        pdfs = [int(x) for x in np.asarray(tm.id2pdf_id, np.int64).tolist()]
+        cached = (phones, pdfs)
+        tm._chain_tid_tables = cached
+    return cached
+
+
 def _enforce_times(tid_fst: Fst, allowed: list[list[int]], tm: TransitionModel,
                    convert_to_pdfs: bool) -> Fst:
     """ComposeDeterministicOnDemand with Kaldi's TimeEnforcerFst, then Connect
     and (with convert_to_pdfs) the projection on pdf-id + 1 labels."""
     T = len(allowed)
-    phone_of_tid = np.zeros(tm.num_transition_ids() + 1, np.int64)
-    for tid in range(1, tm.num_transition_ids() + 1):
-        phone_of_tid[tid] = tm.transition_id_to_phone(tid)
-    pdf_of_tid = np.asarray(tm.id2pdf_id, np.int64)
+    phone_of_tid, pdf_of_tid = _tid_tables(tm)
     allowed_sets = [set(a) for a in allowed]
     begin = tid_fst.arc_begin.tolist()
     il, ns = tid_fst.ilabel.tolist(), tid_fst.nextstate.tolist()
@@ -157,8 +166,8 @@ def _enforce_times(tid_fst: Fst, allowed: list[list[int]], tm: TransitionModel,
             ok = allowed_sets[t]
             for a in range(begin[s], begin[s + 1]):
                 tid = il[a]
-                if int(phone_of_tid[tid]) in ok:
-                    olabel = int(pdf_of_tid[tid]) + 1 if convert_to_pdfs else tid
+                if phone_of_tid[tid] in ok:
+                    olabel = pdf_of_tid[tid] + 1 if convert_to_pdfs else tid
                     arcs.append((k, tid, olabel, state_of(ns[a], t + 1)))
         k += 1
     n = len(states)
@@ -166,16 +175,16 @@ def _enforce_times(tid_fst: Fst, allowed: list[list[int]], tm: TransitionModel,
     for k, (s, t) in enumerate(states):
         if t == T and tid_fst.final[s] != np.inf:
             final[k] = tid_fst.final[s]
-    # Connect: keep the states on some successful path.
+    # Connect: keep the states on some successful path.  States were numbered
+    # frame by frame, so every arc goes to a higher-numbered state and one
+    # backward pass over the arcs finds the co-accessible ones.
     src = np.array([a[0] for a in arcs], np.int64)
     dst = np.array([a[3] for a in arcs], np.int64)
-    coacc = final != np.inf
-    changed = True
-    while changed and src.size:
-        new = coacc.copy()
-        new[src[coacc[dst]]] = True
-        changed = bool((new != coacc).any())
-        coacc = new
+    coacc_l = (final != np.inf).tolist()
+    for a in reversed(arcs):
+        if coacc_l[a[3]]:
+            coacc_l[a[0]] = True
+    coacc = np.array(coacc_l, bool)
     if not coacc[0]:
         return Fst()
     keep_arc = coacc[src] & coacc[dst] if src.size else np.zeros(0, bool)
