@@ -55,6 +55,10 @@ class ChainCopyEgsOptions:
         "flag": "frame-shift", "help": "Allows you to shift time values in the supervision data "
         "(excluding iVector data) - useful in augmenting data.  Note, the outputs will remain "
         "at the closest exact multiples of the frame subsampling factor"})
+    # (an option of Kaldi's earlier nnet3-chain-copy-egs, kept for old recipes)
+    truncate_deriv_weights: int = field(default=0, metadata={
+        "flag": "truncate-deriv-weights", "help": "If nonzero, the number of initial/final "
+        "subsample frames that will have their derivatives' weights set to zero."})
     left_context: int = field(default=-1, metadata={
         "flag": "left-context", "help": "Can be used to truncate the feature left-context that "
         "we output."})
@@ -69,6 +73,22 @@ class ChainCopyEgsOptions:
         "flag": "outputs", "help": "Rspecifier indexed by the key of egs, providing a "
         "string-valued output name, e.g. 'output-0'.  If provided, the NnetIo with name "
         "'output' will be renamed to the provided name. Used in multilingual training."})
+
+
+def truncate_deriv_weights(truncate: int, eg: NnetChainExample) -> None:
+    """Kaldi's TruncateDerivWeights: zero the deriv weights of the first and
+    last ``truncate`` frames of every sequence (all ones first if absent)."""
+    for sup in eg.outputs:
+        n_seq = sup.supervision.num_sequences
+        fps = sup.supervision.frames_per_sequence
+        if not 2 * truncate < fps:
+            raise ConfigError(f"--truncate-deriv-weights={truncate} too large for "
+                              f"{fps} frames per sequence")
+        dw = (sup.deriv_weights.copy() if sup.deriv_weights.shape[0]
+              else np.ones(sup.indexes.shape[0], np.float32))
+        dw[:truncate * n_seq] = 0.0
+        dw[(fps - truncate) * n_seq:] = 0.0
+        sup.deriv_weights = dw
 
 
 def _frame_subsampling_factor(indexes: np.ndarray) -> int:
@@ -219,6 +239,8 @@ def copy_chain_egs(egs_rspecifier: str, egs_wspecifiers: Sequence[str],
                     shift_chain_example_times(opts.frame_shift, ["ivector"], eg)
                 if opts.left_context != -1 or opts.right_context != -1:
                     modifier.modify(eg)
+                if opts.truncate_deriv_weights != 0:
+                    truncate_deriv_weights(opts.truncate_deriv_weights, eg)
                 for _ in range(count):
                     index = (rand.rand() if opts.random else num_written) % len(writers)
                     writers[index].write(key, eg)
@@ -481,13 +503,14 @@ def process_chain_utterance(normalization: NormalizationFst | None, feats,
     return out
 
 
-def chain_chunk_starts_from_keys(egs_rspecifier: str) -> dict[str, list[int]]:
-    """Chunk start frames per utterance from the keys ``<utt>-<first_frame>``
-    (or Kaldi's long keys ``<utt>-<first>-<left>-<frames>-<right>-v1``) of a
-    chain-egs archive."""
-    starts: dict[str, list[int]] = {}
+def chain_chunk_starts_from_keys(egs_rspecifier: str) -> dict[str, list[tuple[int, int]]]:
+    """The chunks of a chain-egs archive per utterance, as (first frame,
+    number of frames): the first frame from the key ``<utt>-<first_frame>``
+    (or Kaldi's long key ``<utt>-<first>-<left>-<frames>-<right>-v1``), the
+    size from the eg's output frames times the frame-subsampling factor."""
+    chunks: dict[str, list[tuple[int, int]]] = {}
     with SequentialTableReader(egs_rspecifier, CHAIN_EXAMPLE_HOLDER) as reader:
-        for key, _ in reader:
+        for key, eg in reader:
             parts = key.split("-")
             if len(parts) >= 6 and parts[-1] == "v1":
                 utt, first = "-".join(parts[:-5]), parts[-5]
@@ -496,24 +519,46 @@ def chain_chunk_starts_from_keys(egs_rspecifier: str) -> dict[str, list[int]]:
             if not utt or not first.lstrip("-").isdigit():
                 raise FormatError(f"eg key '{key}' is not of the form <utt>-<first-frame>",
                                   where=egs_rspecifier)
-            starts.setdefault(utt, []).append(int(first))
-    return starts
+            sup = eg.outputs[0]
+            t = sup.indexes[:, 1]
+            sf = int(t[1] - t[0]) if t.shape[0] > 1 else 1
+            chunks.setdefault(utt, []).append((int(first), t.shape[0] * sf))
+    return chunks
+
+
+class _ForcedChunkSplitter(UtteranceSplitter):
+    """An UtteranceSplitter whose chunk sizes, for the utterance at hand, are
+    given (they still draw from the random stream as Kaldi's do, so the
+    iVector frames that follow come out the same)."""
+
+    forced_sizes: list[int] | None = None
+
+    def get_chunk_sizes_for_utterance(self, utterance_length: int) -> list[int]:
+        sizes = super().get_chunk_sizes_for_utterance(utterance_length)
+        if self.forced_sizes is None:
+            return sizes
+        if sorted(sizes) != sorted(self.forced_sizes):
+            log.warn(f"Chunk sizes {self.forced_sizes} given for an utterance of "
+                     f"{utterance_length} frames; this splitter would use {sizes}")
+        return list(self.forced_sizes)
 
 
 def get_chain_egs(normalization_fst_rxfilename: str, feature_rspecifier: str,
                   supervision_rspecifier: str, egs_wspecifier: str,
                   eg_config: ExampleGenerationConfig, opts: ChainGetEgsOptions,
-                  chunk_starts: Mapping[str, Sequence[int]] | None = None) -> int:
+                  chunk_starts: Mapping[str, Sequence[int | tuple[int, int]]] | None = None
+                  ) -> int:
     """nnet3-chain-get-egs; returns the exit status.  ``normalization_fst_rxfilename``
     may be empty (egs then need nnet3-chain-normalize-egs).  ``chunk_starts``
-    (utterance -> first frames) forces where the chunks start, to reproduce a
-    Kaldi run from its eg keys."""
+    (utterance -> first frames, or (first frame, size) pairs as
+    :func:`chain_chunk_starts_from_keys` reads them from an archive) forces
+    the chunks, to reproduce a Kaldi run."""
     if opts.transition_model:
         raise ConfigError("--transition-model ('unconstrained' e2e egs) is not supported by "
                           "pynnet3's nnet3-chain-get-egs")
     eg_config.compute_derived()
     rand = GlibcRand(opts.srand)
-    splitter = UtteranceSplitter(eg_config, seed=opts.srand, rand=rand)
+    splitter = _ForcedChunkSplitter(eg_config, seed=opts.srand, rand=rand)
     normalization = None
     if normalization_fst_rxfilename:
         if opts.normalization_fst_scale <= 0.0:
@@ -558,6 +603,10 @@ def get_chain_egs(normalization_fst_rxfilename: str, feature_rspecifier: str,
                         continue
                     deriv_weights = np.asarray(dw_reader.value(key), dtype=np.float32)
                 forced = chunk_starts.get(key) if chunk_starts is not None else None
+                splitter.forced_sizes = None
+                if forced is not None and forced and isinstance(forced[0], tuple):
+                    splitter.forced_sizes = [size for _, size in forced]
+                    forced = [first for first, _ in forced]
                 egs = process_chain_utterance(normalization, feats, ivectors,
                                               opts.online_ivector_period, supervision,
                                               deriv_weights, key, opts, splitter, forced)
@@ -579,4 +628,5 @@ def get_chain_egs(normalization_fst_rxfilename: str, feature_rspecifier: str,
 __all__ = ["ChainCopyEgsOptions", "copy_chain_egs", "merge_chain_egs", "shuffle_chain_egs",
            "subset_chain_egs", "normalize_chain_egs", "ChainGetEgsOptions", "get_chain_egs",
            "process_chain_utterance", "chain_chunk_starts_from_keys", "shift_chain_example_times",
+           "truncate_deriv_weights",
            "read_normalization_fst", "Fst"]
