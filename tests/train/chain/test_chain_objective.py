@@ -173,3 +173,24 @@ def test_bad_output_gives_kaldis_default_objective(golden_eg, golden_graph) -> N
     res = compute_chain_objf_and_deriv(ChainTrainingOptions(), golden_graph, sup, out, True, True)
     assert res.objf == -10 * res.weight
     assert not res.deriv.any() and not res.xent_deriv.any()
+
+
+def test_cuda_kernels_under_simulator() -> None:
+    """tests/train/chain/cuda (the CUDA denominator kernels against the CPU
+    ones) in a subprocess under NUMBA_ENABLE_CUDASIM=1 (it must be set before
+    Numba is imported)."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("numba.cuda")
+    root = Path(__file__).resolve().parents[3]
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root / "src"), str(root),
+                                                    env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "tests/train/chain/cuda"], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=600)
+    tail = proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert proc.returncode == 0, tail
+    assert " passed" in proc.stdout and "skipped" not in proc.stdout.splitlines()[-1], tail
