@@ -246,3 +246,18 @@ def test_get_egs_ivectors_and_deriv_weights(tmp_path):
         start = int(first) // 3
         want = dws[utt][start:start + 10] * r.outputs[0].deriv_weights
         np.testing.assert_array_equal(eg.outputs[0].deriv_weights, want.astype(np.float32))
+
+
+def test_get_egs_forced_chunks_carry_their_sizes(tmp_path):
+    """With several --num-frames sizes the chunk sizes are drawn at random:
+    --chunk-starts takes each chunk's size from the archive too, so another
+    seed (another draw) still reproduces the archive's chunks exactly."""
+    common = ("--left-context=8", "--right-context=8", "--num-frames=30,21",
+              "--frame-subsampling-factor=3", "--compress=false", f"{GOLDEN}/normalization.fst",
+              f"ark:{GOLDEN}/feats_5.ark", f"ark:{GOLDEN}/supervision.ark")
+    ok(run("nnet3-chain-get-egs", "--srand=5", *common, f"ark:{tmp_path}/a.ark"))
+    sizes = {eg.outputs[0].supervision.frames_per_sequence for _, eg in read_egs(tmp_path / "a.ark")}
+    assert sizes == {7, 10}
+    ok(run("nnet3-chain-get-egs", "--srand=11", f"--chunk-starts=ark:{tmp_path}/a.ark", *common,
+           f"ark:{tmp_path}/b.ark"))
+    assert (tmp_path / "b.ark").read_bytes() == (tmp_path / "a.ark").read_bytes()

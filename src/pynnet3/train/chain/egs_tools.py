@@ -481,13 +481,14 @@ def process_chain_utterance(normalization: NormalizationFst | None, feats,
     return out
 
 
-def chain_chunk_starts_from_keys(egs_rspecifier: str) -> dict[str, list[int]]:
-    """Chunk start frames per utterance from the keys ``<utt>-<first_frame>``
-    (or Kaldi's long keys ``<utt>-<first>-<left>-<frames>-<right>-v1``) of a
-    chain-egs archive."""
-    starts: dict[str, list[int]] = {}
+def chain_chunk_starts_from_keys(egs_rspecifier: str) -> dict[str, list[tuple[int, int]]]:
+    """The chunks of a chain-egs archive per utterance, as (first frame,
+    number of frames): the first frame from the key ``<utt>-<first_frame>``
+    (or Kaldi's long key ``<utt>-<first>-<left>-<frames>-<right>-v1``), the
+    size from the eg's output frames times the frame-subsampling factor."""
+    chunks: dict[str, list[tuple[int, int]]] = {}
     with SequentialTableReader(egs_rspecifier, CHAIN_EXAMPLE_HOLDER) as reader:
-        for key, _ in reader:
+        for key, eg in reader:
             parts = key.split("-")
             if len(parts) >= 6 and parts[-1] == "v1":
                 utt, first = "-".join(parts[:-5]), parts[-5]
@@ -496,24 +497,46 @@ def chain_chunk_starts_from_keys(egs_rspecifier: str) -> dict[str, list[int]]:
             if not utt or not first.lstrip("-").isdigit():
                 raise FormatError(f"eg key '{key}' is not of the form <utt>-<first-frame>",
                                   where=egs_rspecifier)
-            starts.setdefault(utt, []).append(int(first))
-    return starts
+            sup = eg.outputs[0]
+            t = sup.indexes[:, 1]
+            sf = int(t[1] - t[0]) if t.shape[0] > 1 else 1
+            chunks.setdefault(utt, []).append((int(first), t.shape[0] * sf))
+    return chunks
+
+
+class _ForcedChunkSplitter(UtteranceSplitter):
+    """An UtteranceSplitter whose chunk sizes, for the utterance at hand, are
+    given (they still draw from the random stream as Kaldi's do, so the
+    iVector frames that follow come out the same)."""
+
+    forced_sizes: list[int] | None = None
+
+    def get_chunk_sizes_for_utterance(self, utterance_length: int) -> list[int]:
+        sizes = super().get_chunk_sizes_for_utterance(utterance_length)
+        if self.forced_sizes is None:
+            return sizes
+        if sorted(sizes) != sorted(self.forced_sizes):
+            log.warn(f"Chunk sizes {self.forced_sizes} given for an utterance of "
+                     f"{utterance_length} frames; this splitter would use {sizes}")
+        return list(self.forced_sizes)
 
 
 def get_chain_egs(normalization_fst_rxfilename: str, feature_rspecifier: str,
                   supervision_rspecifier: str, egs_wspecifier: str,
                   eg_config: ExampleGenerationConfig, opts: ChainGetEgsOptions,
-                  chunk_starts: Mapping[str, Sequence[int]] | None = None) -> int:
+                  chunk_starts: Mapping[str, Sequence[int | tuple[int, int]]] | None = None
+                  ) -> int:
     """nnet3-chain-get-egs; returns the exit status.  ``normalization_fst_rxfilename``
     may be empty (egs then need nnet3-chain-normalize-egs).  ``chunk_starts``
-    (utterance -> first frames) forces where the chunks start, to reproduce a
-    Kaldi run from its eg keys."""
+    (utterance -> first frames, or (first frame, size) pairs as
+    :func:`chain_chunk_starts_from_keys` reads them from an archive) forces
+    the chunks, to reproduce a Kaldi run."""
     if opts.transition_model:
         raise ConfigError("--transition-model ('unconstrained' e2e egs) is not supported by "
                           "pynnet3's nnet3-chain-get-egs")
     eg_config.compute_derived()
     rand = GlibcRand(opts.srand)
-    splitter = UtteranceSplitter(eg_config, seed=opts.srand, rand=rand)
+    splitter = _ForcedChunkSplitter(eg_config, seed=opts.srand, rand=rand)
     normalization = None
     if normalization_fst_rxfilename:
         if opts.normalization_fst_scale <= 0.0:
@@ -558,6 +581,10 @@ def get_chain_egs(normalization_fst_rxfilename: str, feature_rspecifier: str,
                         continue
                     deriv_weights = np.asarray(dw_reader.value(key), dtype=np.float32)
                 forced = chunk_starts.get(key) if chunk_starts is not None else None
+                splitter.forced_sizes = None
+                if forced is not None and forced and isinstance(forced[0], tuple):
+                    splitter.forced_sizes = [size for _, size in forced]
+                    forced = [first for first, _ in forced]
                 egs = process_chain_utterance(normalization, feats, ivectors,
                                               opts.online_ivector_period, supervision,
                                               deriv_weights, key, opts, splitter, forced)

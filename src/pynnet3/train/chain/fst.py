@@ -171,23 +171,24 @@ def _scc(fst: Fst) -> np.ndarray:
 
 
 def _reachable(n: int, seeds: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-    """States reachable from ``seeds`` along arcs src -> dst."""
-    seen = np.zeros(n, bool)
-    seen[seeds] = True
-    frontier = np.asarray(seeds, dtype=np.int64)
+    """States reachable from ``seeds`` along arcs src -> dst (a breadth-first
+    search over a CSR adjacency; plain lists are fastest for these small FSTs)."""
     order = np.argsort(src, kind="stable")
-    s_sorted, d_sorted = src[order], dst[order]
-    begin = np.searchsorted(s_sorted, np.arange(n + 1))
-    while frontier.size:
-        lens = begin[frontier + 1] - begin[frontier]
-        if not lens.sum():
-            break
-        idx = np.repeat(begin[frontier], lens) + (np.arange(lens.sum()) - np.repeat(np.cumsum(lens) - lens, lens))
-        nxt = np.unique(d_sorted[idx])
-        nxt = nxt[~seen[nxt]]
-        seen[nxt] = True
-        frontier = nxt
-    return seen
+    begin = np.searchsorted(src[order], np.arange(n + 1)).tolist()
+    nxt = dst[order].tolist()
+    seen = [False] * n
+    queue = [int(s) for s in seeds]
+    for s in queue:
+        seen[s] = True
+    head = 0
+    while head < len(queue):
+        s = queue[head]
+        head += 1
+        for t in nxt[begin[s]:begin[s + 1]]:
+            if not seen[t]:
+                seen[t] = True
+                queue.append(t)
+    return np.array(seen, dtype=bool)
 
 
 def compute_properties(fst: Fst, binary_props: int = kExpanded) -> int:
@@ -204,9 +205,10 @@ def compute_properties(fst: Fst, binary_props: int = kExpanded) -> int:
     scc = None
     if fst.start >= 0 and n > 0:
         # Cycles: a self-loop, or a strongly connected component of >1 states.
-        self_loop = bool(np.any(src == dst))
-        cyclic = self_loop
-        if not cyclic and fst.num_arcs:
+        # Arcs that all go to higher-numbered states (the usual, top-sorted
+        # supervision FSTs) cannot form a cycle; else find the components.
+        cyclic = bool(np.any(src == dst))
+        if not cyclic and fst.num_arcs and not np.all(dst > src):
             scc = _scc(fst)
             cyclic = np.unique(scc).shape[0] < n
         if cyclic:
@@ -607,35 +609,38 @@ def to_kaldifst(fst: Fst):
     return out
 
 
-def from_kaldifst(kf) -> Fst:
-    """Arrays from a kaldifst FST (states in order, arcs as stored)."""
-    import kaldifst
+_SCRATCH: list[str] = []
 
-    n = kf.num_states
-    final = np.empty(n, np.float32)
-    counts = np.zeros(n, np.int64)
-    il: list[int] = []
-    ol: list[int] = []
-    wt: list[float] = []
-    ns: list[int] = []
-    for s in range(n):
-        final[s] = kf.final(s).value
-        it = kaldifst.ArcIterator(kf, s)
-        c = 0
-        while not it.done:
-            a = it.value
-            il.append(a.ilabel)
-            ol.append(a.olabel)
-            wt.append(a.weight.value)
-            ns.append(a.nextstate)
-            c += 1
-            it.next()
-        counts[s] = c
-    arc_begin = np.zeros(n + 1, np.int64)
-    np.cumsum(counts, out=arc_begin[1:])
-    start = kf.start if n else -1
-    return Fst(int(start), final, arc_begin, np.asarray(il, np.int32), np.asarray(ol, np.int32),
-               np.asarray(wt, np.float32), np.asarray(ns, np.int32))
+
+def _scratch_file() -> str:
+    """A per-process file in a temporary folder (in memory where /dev/shm
+    exists), removed at exit: kaldifst writes FSTs only to files."""
+    if not _SCRATCH:
+        import atexit
+        import os
+        import shutil
+        import tempfile
+
+        base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+        d = tempfile.mkdtemp(prefix="pynnet3-fst-", dir=base)
+        atexit.register(shutil.rmtree, d, True)
+        _SCRATCH.append(os.path.join(d, "fst"))
+    return _SCRATCH[0]
+
+
+def from_kaldifst(kf) -> Fst:
+    """Arrays from a kaldifst StdVectorFst (states in order, arcs as stored).
+    OpenFst writes it in its binary format, read back here: far faster than
+    iterating over arcs through the Python binding.  The stored property word
+    is dropped (properties are recomputed when the FST is written)."""
+    path = _scratch_file()
+    if not kf.write(path):
+        raise FormatError("kaldifst could not write an FST")
+    with open(path, "rb") as f:
+        data = f.read()
+    fst, _ = read_fst(data, 0)
+    fst.properties = None
+    return fst
 
 
 # ---------------------------------------------------------------------------
