@@ -41,7 +41,8 @@ class DenominatorComputation:
 
     def __init__(self, leaky_hmm_coefficient: float, den_graph: DenominatorGraph,
                  num_sequences: int, nnet_output: np.ndarray,
-                 rand_int: Callable[[int, int], int] | None = None) -> None:
+                 rand_int: Callable[[int, int], int] | None = None,
+                 use_cuda: bool = False) -> None:
         if not 0.0 < leaky_hmm_coefficient < 1.0:
             raise ValueError("--leaky-hmm-coefficient must be in (0, 1)")
         nnet_output = np.asarray(nnet_output, dtype=F32)
@@ -61,17 +62,29 @@ class DenominatorComputation:
                             "range [-30,30], derivs may be inaccurate.")
         self.probs = np.exp(np.clip(nnet_output, F32(-30.0), F32(30.0))).T.copy()
         h, s, t = den_graph.num_states, num_sequences, self.frames_per_sequence
-        self.alpha = np.empty((t + 1, (h + 1) * s), F32)
+        # (on the GPU the alphas live on the device)
+        self.alpha = np.empty((0 if use_cuda else t + 1, (h + 1) * s), F32)
         self.tot_prob: np.ndarray | None = None
+        # On the GPU (kernels_cuda) forward and backward run together when
+        # the derivative is wanted; backward() then only adds the result.
+        self.use_cuda = use_cuda
+        self._cuda_result: tuple | None = None
 
-    def forward(self) -> float:
+    def forward(self, will_backward: bool = True) -> float:
         g = self.graph
         s, t = self.num_sequences, self.frames_per_sequence
-        self.tot_prob = kernels.den_forward(self.probs, g.bwd_begin, g.bwd_prob, g.bwd_pdf,
-                                            g.bwd_state, g.initial_probs, self.leaky, s, t,
-                                            self.alpha)
+        if self.use_cuda:
+            from .kernels_cuda import den_forward_backward_cuda
+            self._cuda_result = den_forward_backward_cuda(self.probs, g, self.leaky, s, t,
+                                                          will_backward)
+            self.tot_prob, sums = self._cuda_result[:2]
+            inv_scales = sums[:t]
+        else:
+            self.tot_prob = kernels.den_forward(self.probs, g.bwd_begin, g.bwd_prob,
+                                                g.bwd_pdf, g.bwd_state, g.initial_probs,
+                                                self.leaky, s, t, self.alpha)
+            inv_scales = self.alpha[:t, g.num_states * s:]
         tot_log_prob = np.log(self.tot_prob).astype(np.float64).sum()
-        inv_scales = self.alpha[:t, g.num_states * s:]
         log_scales = np.log(inv_scales).astype(np.float64).sum()
         return float(F32(F32(tot_log_prob) + F32(log_scales)))
 
@@ -81,11 +94,16 @@ class DenominatorComputation:
         abandons the minibatch)."""
         g = self.graph
         s, t = self.num_sequences, self.frames_per_sequence
-        deriv_t = np.zeros_like(self.probs)
-        beta = np.empty((2, (g.num_states + 1) * s), F32)
-        ab, dsum = kernels.den_backward(self.probs, g.fwd_begin, g.fwd_prob, g.fwd_pdf,
-                                        g.fwd_state, g.initial_probs, self.leaky, s, t,
-                                        self.alpha, self.tot_prob, deriv_t, beta)
+        if self.use_cuda:
+            if self._cuda_result is None or self._cuda_result[2] is None:
+                raise ValueError("forward(will_backward=True) must come before backward()")
+            deriv_t, ab, dsum = self._cuda_result[2:]
+        else:
+            deriv_t = np.zeros_like(self.probs)
+            beta = np.empty((2, (g.num_states + 1) * s), F32)
+            ab, dsum = kernels.den_backward(self.probs, g.fwd_begin, g.fwd_prob, g.fwd_pdf,
+                                            g.fwd_state, g.initial_probs, self.leaky, s, t,
+                                            self.alpha, self.tot_prob, deriv_t, beta)
         self._check_frame0(float(F32(ab)), float(F32(dsum)))
         nnet_output_deriv += F32(deriv_weight) * deriv_t.T
         return self.ok

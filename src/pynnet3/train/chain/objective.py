@@ -102,13 +102,14 @@ def penalize_out_of_range(output: np.ndarray, limit: float, scale: float,
 def compute_chain_objf_and_deriv(opts: ChainTrainingOptions, den_graph: DenominatorGraph,
                                  supervision: Supervision, nnet_output: np.ndarray,
                                  want_deriv: bool, want_xent: bool,
-                                 rand_int: Callable[[int, int], int] | None = None
-                                 ) -> ChainObjective:
+                                 rand_int: Callable[[int, int], int] | None = None,
+                                 use_cuda: bool = False) -> ChainObjective:
     """Kaldi's ComputeChainObjfAndDeriv.  ``rand_int`` is Kaldi's RandInt
     stream (the trainer's glibc stream): the denominator draws ``(0, 99)`` for
     its range check and, with a derivative, ``(0, 1)`` decides the
     out-of-range penalty; without it the check is skipped and the penalty
-    applied every time."""
+    applied every time.  ``use_cuda``: the denominator runs on the GPU
+    (:mod:`.kernels_cuda`); the numerator always on the CPU, as in Kaldi."""
     if supervision.e2e:
         raise PynnetError("end-to-end (e2e) chain supervision is not supported yet")
     nnet_output = np.ascontiguousarray(nnet_output, dtype=F32)
@@ -119,8 +120,8 @@ def compute_chain_objf_and_deriv(opts: ChainTrainingOptions, den_graph: Denomina
     w = F32(supervision.weight)
     deriv = np.zeros_like(nnet_output) if want_deriv else None
     den = DenominatorComputation(opts.leaky_hmm_coefficient, den_graph,
-                                 supervision.num_sequences, nnet_output, rand_int)
-    den_logprob_weighted = F32(w * F32(den.forward()))
+                                 supervision.num_sequences, nnet_output, rand_int, use_cuda)
+    den_logprob_weighted = F32(w * F32(den.forward(deriv is not None)))
     ok = True
     if deriv is not None:
         ok = den.backward(-float(w), deriv)

@@ -98,6 +98,10 @@ class NnetChainTrainer(NnetTrainer):
         super().__init__(opts.nnet_config, nnet, rand, backend)
 
     @property
+    def _use_cuda(self) -> bool:
+        return getattr(self.backend, "name", self.backend) == "cuda"
+
+    @property
     def _use_xent(self) -> bool:
         return self.chain_opts.chain_config.xent_regularize != 0.0
 
@@ -128,7 +132,7 @@ class NnetChainTrainer(NnetTrainer):
             xent_name = sup.name + "-xent"
             res = compute_chain_objf_and_deriv(chain_config, self.den_graph, sup.supervision,
                                                nnet_output, True, use_xent,
-                                               self.rand.rand_int)
+                                               self.rand.rand_int, self._use_cuda)
             deriv, xent_deriv = res.deriv, res.xent_deriv
             if use_xent:
                 xent_output = computer.get_output(xent_name)
