@@ -83,3 +83,11 @@ def test_chain_make_den_fst(tmp_path, capsys):
     assert msgs[-2] == ("Number of states is 319 and arcs 867; number of states with in-degree "
                         "<= 3 is 258 and with out-degree <= 3 is 271")
     assert run_binary("chain-make-den-fst", "a", "b") == 1
+
+
+def test_chain_est_phone_lm_no_input_is_an_error(tmp_path, capsys):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    assert run_binary("chain-est-phone-lm", f"ark:{empty}", str(tmp_path / "lm.fst")) == 1
+    assert "ERROR" in capsys.readouterr().err
+    assert not (tmp_path / "lm.fst").exists()
