@@ -35,6 +35,9 @@ BINARIES = {
     "nnet3-acc-lda-stats": "pynnet3.cli.acc_lda_stats:main",
     "sum-lda-accs": "pynnet3.cli.sum_lda_accs:main",
     "nnet-get-feature-transform": "pynnet3.cli.get_feature_transform:main",
+    "chain-est-phone-lm": "pynnet3.cli.chain_est_phone_lm:main",
+    "chain-make-den-fst": "pynnet3.cli.chain_make_den_fst:main",
+    "chain-get-supervision": "pynnet3.cli.chain_get_supervision:main",
     "nnet3-chain-get-egs": "pynnet3.cli.chain_get_egs:main",
     "nnet3-chain-copy-egs": "pynnet3.cli.chain_copy_egs:main",
     "nnet3-chain-merge-egs": "pynnet3.cli.chain_merge_egs:main",
@@ -42,4 +45,8 @@ BINARIES = {
     "nnet3-chain-subset-egs": "pynnet3.cli.chain_subset_egs:main",
     "nnet3-chain-normalize-egs": "pynnet3.cli.chain_normalize_egs:main",
     "nnet3-compute-looped": "pynnet3.cli.compute_looped:main",
+    "nnet3-chain-train": "pynnet3.cli.chain_train:main",
+    "nnet3-chain-compute-prob": "pynnet3.cli.chain_compute_prob:main",
+    "nnet3-chain-combine": "pynnet3.cli.chain_combine:main",
+    "nnet3-chain-compute-deriv": "pynnet3.cli.chain_compute_deriv:main",
 }

@@ -25,7 +25,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .. import log
 from ..compile.model_io import read_nnet
@@ -100,10 +100,13 @@ class _ObjectiveEvaluator:
     """
 
     def __init__(self, config: NnetCombineOptions, prob_options: NnetComputeProbOptions,
-                 backend: Any) -> None:
+                 backend: Any, make_prob: Callable[..., NnetComputeProb] | None = None) -> None:
         self.config = config
         self.prob_options = prob_options
         self.backend = backend
+        # (options, nnet, backend=, compiler=) -> an NnetComputeProb; the
+        # chain combiner passes NnetChainComputeProb's
+        self.make_prob = make_prob or NnetComputeProb
         self._compiler: "CachingCompiler | None" = None
         self._direct: NnetComputeProb | None = None
 
@@ -114,15 +117,15 @@ class _ObjectiveEvaluator:
                 set_batchnorm_test_mode(True, nnet)
             if self.config.dropout_test_mode:
                 set_dropout_test_mode(True, nnet)
-            prob = NnetComputeProb(self.prob_options, nnet, backend=self.backend,
-                                   compiler=self._compiler)
+            prob = self.make_prob(self.prob_options, nnet, backend=self.backend,
+                                  compiler=self._compiler)
             self._compiler = prob.compiler
         else:
             # No copy: the computer evaluates the running average itself (its
             # parameters change between evaluations, its structure does not).
             if self._direct is None or self._direct.nnet is not nnet:
-                self._direct = NnetComputeProb(self.prob_options, nnet, backend=self.backend,
-                                               compiler=self._compiler)
+                self._direct = self.make_prob(self.prob_options, nnet, backend=self.backend,
+                                              compiler=self._compiler)
                 self._compiler = self._direct.compiler
             prob = self._direct
             prob.reset()
@@ -181,13 +184,20 @@ def recompute_stats(egs: Sequence["NnetExample"], nnet: "Nnet", backend: Any = "
 
 def combine_nnets(models: Sequence[str], egs_rspecifier: str,
                   config: NnetCombineOptions | None = None, backend: Any = "reference",
-                  prob_options: NnetComputeProbOptions | None = None) -> "Nnet":
+                  prob_options: NnetComputeProbOptions | None = None, *,
+                  read_egs: Callable[[str], list] | None = None,
+                  make_prob: Callable[..., NnetComputeProb] | None = None,
+                  recompute: Callable[[Sequence[Any], "Nnet"], None] | None = None) -> "Nnet":
     """nnet3-combine: the running average of the first n of ``models``
     (rxfilenames, newest first) with the best objective on the egs of
     ``egs_rspecifier``, its statistics recomputed if it has BatchNorm.
 
     The models are read one at a time, as they are added; the egs are read
     (all of them, into memory) after the first model.
+
+    The chain combiner (nnet3-chain-combine) passes its own example reader
+    (``read_egs``), objective (``make_prob``, called as NnetComputeProb's
+    constructor) and statistics recomputation (``recompute(egs, nnet)``).
     """
     config = config or NnetCombineOptions()
     prob_options = prob_options or NnetComputeProbOptions()
@@ -197,9 +207,9 @@ def combine_nnets(models: Sequence[str], egs_rspecifier: str,
     nnet = read_nnet(models[0])
     moving_average = copy.deepcopy(nnet)
     best_nnet = copy.deepcopy(nnet)
-    egs = read_examples(egs_rspecifier)
+    egs = (read_egs or read_examples)(egs_rspecifier)
 
-    evaluator = _ObjectiveEvaluator(config, prob_options, backend)
+    evaluator = _ObjectiveEvaluator(config, prob_options, backend, make_prob)
     init_objf = evaluator.objective(egs, moving_average)
     best_objf = init_objf
     best_num_to_combine = 1
@@ -218,5 +228,8 @@ def combine_nnets(models: Sequence[str], egs_rspecifier: str,
     log.log(f"Combining {best_num_to_combine} nnets, objective function changed from "
             f"{fmt_g(init_objf)} to {fmt_g(best_objf)}")
     if has_batchnorm(nnet):
-        recompute_stats(egs, best_nnet, backend, prob_options)
+        if recompute is not None:
+            recompute(egs, best_nnet)
+        else:
+            recompute_stats(egs, best_nnet, backend, prob_options)
     return best_nnet

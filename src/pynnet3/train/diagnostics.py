@@ -123,16 +123,22 @@ class NnetComputeProb:
             set_nnet_as_gradient(self.deriv_nnet)
 
     def compute(self, eg: "NnetExample") -> None:
-        request = get_computation_request(self.nnet, eg, self.config.compute_deriv,
-                                          self.config.store_component_stats)
-        computation = self.compiler.compile(request)
+        computation = self.compiler.compile(self._computation_request(eg))
         computer = NnetComputer(self.config.compute_config, computation, self.nnet,
                                 nnet_to_update=self.deriv_nnet, backend=self.backend)
-        accept_example_inputs(computer, self.nnet, eg)
+        self._accept_inputs(computer, eg)
         computer.run()
         self._process_outputs(eg, computer)
         if self.config.compute_deriv:
             computer.run()
+
+    # -- the example hooks (train/chain/diagnostics.py overrides them for chain egs)
+    def _computation_request(self, eg: Any) -> Any:
+        return get_computation_request(self.nnet, eg, self.config.compute_deriv,
+                                       self.config.store_component_stats)
+
+    def _accept_inputs(self, computer: NnetComputer, eg: Any) -> None:
+        accept_example_inputs(computer, self.nnet, eg)
 
     def _process_outputs(self, eg: "NnetExample", computer: NnetComputer) -> None:
         for io in eg.io:

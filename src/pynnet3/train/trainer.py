@@ -305,20 +305,41 @@ class NnetTrainer:
         lists and hashing them again; such reuses count as memory hits of the
         compiler's cache."""
         capacity = self.config.compiler_config.cache_capacity
-        key = tuple((io.name, io.indexes.tobytes()) for io in eg.io)
+        key = self._example_key(eg)
         computation = self._computations.get(key)
         if computation is not None:
             self._computations.move_to_end(key)
             self.compiler.num_memory_hits += 1
             return computation
-        request = get_computation_request(self.nnet, eg, True,
-                                          self.config.store_component_stats)
-        computation = self.compiler.compile(request)
+        computation = self.compiler.compile(self._computation_request(eg))
         if capacity > 0:          # (no cache: compile every time, as Kaldi does)
             self._computations[key] = computation
             while len(self._computations) > capacity:
                 self._computations.popitem(last=False)
         return computation
+
+    # -- the example hooks: how an example becomes a computation, its inputs
+    # and its outputs' objectives.  The chain trainer (train/chain/trainer.py)
+    # overrides these for NnetChainExample; everything else is shared.
+    def _example_key(self, eg: Any) -> tuple:
+        """What the computation depends on: names and Indexes of the example's ios."""
+        return tuple((io.name, io.indexes.tobytes()) for io in eg.io)
+
+    def _computation_request(self, eg: Any) -> Any:
+        return get_computation_request(self.nnet, eg, True, self.config.store_component_stats)
+
+    def _accept_inputs(self, computer: NnetComputer, eg: Any) -> None:
+        accept_example_inputs(computer, self.nnet, eg)
+
+    def _nvalues_ios(self, eg: Any) -> Any:
+        """The ios GetNumNvalues looks at (for the l2 regularization)."""
+        return eg.io
+
+    def _objf_info(self, key: str) -> "ObjectiveFunctionInfo":
+        info = self.objf_info.get(key)
+        if info is None:
+            info = self.objf_info[key] = ObjectiveFunctionInfo()
+        return info
 
     def _reseed_for_backstitch(self) -> None:
         # Kaldi: srand(seed + minibatch) then ResetGenerators, so that both
@@ -336,7 +357,7 @@ class NnetTrainer:
     def _forward_backward(self, eg: "NnetExample", computation: Any,
                           is_backstitch_step2: bool) -> None:
         computer = self._new_computer(computation)
-        accept_example_inputs(computer, self.nnet, eg)
+        self._accept_inputs(computer, eg)
         computer.run()
         self._process_outputs(is_backstitch_step2, eg, computer)
         computer.run()
@@ -345,7 +366,7 @@ class NnetTrainer:
         cfg = self.config
         self._forward_backward(eg, computation, False)
         apply_l2_regularization(
-            self.nnet, get_num_nvalues(eg.io, False, self.rand.rand_int)
+            self.nnet, get_num_nvalues(self._nvalues_ios(eg), False, self.rand.rand_int)
             * cfg.l2_regularize_factor, self.delta_nnet)
         success = update_nnet_with_max_change(self.delta_nnet, cfg.max_param_change, 1.0,
                                               1.0 - cfg.momentum, self.nnet,
@@ -365,7 +386,7 @@ class NnetTrainer:
             max_change_scale = 1.0 + cfg.backstitch_training_scale
             scale_adding = 1.0 + cfg.backstitch_training_scale
             apply_l2_regularization(
-                self.nnet, 1.0 / scale_adding * get_num_nvalues(eg.io, False, self.rand.rand_int)
+                self.nnet, 1.0 / scale_adding * get_num_nvalues(self._nvalues_ios(eg), False, self.rand.rand_int)
                 * cfg.l2_regularize_factor, self.delta_nnet)
         update_nnet_with_max_change(self.delta_nnet, cfg.max_param_change, max_change_scale,
                                     scale_adding, self.nnet, self.max_change_stats)
@@ -388,8 +409,5 @@ class NnetTrainer:
             tot_weight, tot_objf = compute_objective_function(io.features, obj_type, io.name,
                                                               True, computer)
             key = io.name + suffix
-            info = self.objf_info.get(key)
-            if info is None:
-                info = self.objf_info[key] = ObjectiveFunctionInfo()
-            info.update_stats(key, self.config.print_interval, self.num_minibatches_processed,
+            self._objf_info(key).update_stats(key, self.config.print_interval, self.num_minibatches_processed,
                               tot_weight, tot_objf)

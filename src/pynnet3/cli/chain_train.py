@@ -1,0 +1,90 @@
+"""nnet3-chain-train: SGD training of a raw nnet3 network with the chain (LF-MMI) objective."""
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ..train.chain.objective import ChainTrainingOptions
+from ..train.chain.trainer import NnetChainTrainingOptions
+from ..train.trainer import NnetTrainerOptions
+from .common import (bool_option, check_num_args, kaldi_command, options_from, register_options,
+                     run)
+from .options import build_compile_options, compiler_and_computation_options, use_gpu_option
+
+USAGE = """Train nnet3+chain neural network parameters with backprop and stochastic
+gradient descent.  Minibatches are to be created by nnet3-chain-merge-egs in
+the input pipeline.  This training program is single-threaded (best to
+use it with a GPU).
+
+\b
+Usage:  nnet3-chain-train [options] <raw-nnet-in> <denominator-fst-in> <chain-training-examples-in> <raw-nnet-out>
+
+\b
+nnet3-chain-train 1.raw den.fst 'ark:nnet3-merge-egs 1.cegs ark:-|' 2.raw
+
+Computation caches (--read-cache, --write-cache) are pynnet3's own, as for
+nnet3-train.  The output model is written atomically."""
+
+
+@kaldi_command(USAGE)
+@click.option("--srand", type=int, default=0, show_default=True,
+              help="Seed for random number generator ")
+@bool_option("--binary", True, "Write output in binary mode")
+@use_gpu_option("no", "yes|no|optional|wait: where the network runs (cuda or the Numba cpu "
+                "backend).  NOTE: Kaldi's default is 'yes', which only has an effect in a CUDA "
+                "build; pynnet3's default is 'no'.")
+@register_options(NnetTrainerOptions, names=(
+    "store_component_stats", "zero_component_stats", "print_interval", "max_param_change",
+    "momentum", "l2_regularize_factor", "batchnorm_stats_scale", "backstitch_training_scale",
+    "backstitch_training_interval", "read_cache", "write_cache", "binary_write_cache"))
+@compiler_and_computation_options
+@register_options(ChainTrainingOptions)
+@register_options(NnetChainTrainingOptions, names=("apply_deriv_weights",))
+@click.argument("args", nargs=-1)
+def command(srand: int, binary: bool, use_gpu: str, args: tuple[str, ...], **kwargs: Any) -> None:
+    check_num_args(args, (4,))
+    from .. import log
+    from ..compile.model_io import read_nnet, write_nnet
+    from ..compute.backend import select_backend
+    from ..compute.computer import NnetComputeOptions
+    from ..nnet.components.base import set_random_seed
+    from ..train.chain.den_graph import DenominatorGraph
+    from ..train.chain.egs import iter_chain_examples
+    from ..train.chain.fst import read_fst_file
+    from ..train.chain.trainer import NnetChainTrainer
+    from ..train.kaldi_random import GlibcRand
+    from .progress import Progress
+
+    optimize, compiler, debug = build_compile_options(kwargs)
+    nnet_config = options_from(
+        NnetTrainerOptions, kwargs, debug_computation=debug, optimize_config=optimize,
+        compute_config=NnetComputeOptions(debug=debug, compress_matrices=False),
+        compiler_config=compiler)
+    chain_config = options_from(ChainTrainingOptions, kwargs)
+    opts = options_from(NnetChainTrainingOptions, kwargs, names=("apply_deriv_weights",),
+                        nnet_config=nnet_config, chain_config=chain_config)
+    set_random_seed(srand)
+    rand = GlibcRand(srand)
+    backend = select_backend(use_gpu)
+    nnet = read_nnet(args[0])
+    den_fst = read_fst_file(args[1])
+    den_graph = DenominatorGraph.from_fst(den_fst, nnet.output_dim("output"))
+    progress = Progress("nnet3-chain-train", unit="frames")
+    with NnetChainTrainer(opts, den_graph, nnet, rand, backend=backend) as trainer:
+        try:
+            for _, eg in iter_chain_examples(args[2]):
+                trainer.train(eg)
+                progress.update(1, sum(sup.indexes.shape[0] for sup in eg.outputs))
+        finally:
+            progress.close()
+        ok = trainer.print_total_stats()
+    log.log(trainer.compiler.timing_summary())
+    write_nnet(args[3], nnet, binary)
+    log.log(f"Wrote raw model to {args[3]}")
+    if not ok:
+        raise click.exceptions.Exit(1)
+
+
+def main() -> int:
+    return run(command, "nnet3-chain-train")
