@@ -44,7 +44,7 @@ Note: this program does not currently make very efficient use of the GPU."""
               show_default=True, help="(pynnet3) How to compute on the CPU: numpy (NumPy and "
               "its BLAS only) or numba (the Numba backend's kernels for the row operations, "
               "faster on large row copies; loading them costs about 0.7 s at start-up).")
-@register_options(Nnet3ComputeConfig, names=("minibatch_size",))
+@register_options(Nnet3ComputeConfig, names=("minibatch_size", "kaldi_chunks"))
 @click.option("--num-threads", type=int, default=0, show_default=True,
               help="(pynnet3) Threads to use: that many utterances are computed at once, each "
               "with single-threaded BLAS.  0: the smallest of OMP_NUM_THREADS, "

@@ -72,6 +72,13 @@ class Nnet3ComputeConfig:
         "sequences of one computation: the same chunks as one at a time and the same output "
         "up to float rounding, much faster.  1: one chunk per computation, as Kaldi's "
         "nnet3-compute."})
+    kaldi_chunks: bool = field(default=False, metadata={
+        "flag": "kaldi-chunks", "help": "(pynnet3) If true, always compute Kaldi's chunks, each "
+        "with its own left and right context.  If false (the default), networks whose output "
+        "does not depend on the chunking (no recurrence, no statistics pooling, no IfDefined) "
+        "are computed in pieces of up to --minibatch-size chunks that compute their context "
+        "once: the same output up to float rounding, faster.  --minibatch-size=1 also gives "
+        "Kaldi's chunks, one per computation."})
     # Utterances computed at once, each by its own thread with single-threaded
     # BLAS (pynnet3.threads explains why not BLAS threads); <= 0: one.
     num_threads: int = 1
@@ -162,7 +169,7 @@ def nnet3_compute(config: Nnet3ComputeConfig, nnet_rxfilename: str, feature_rspe
                       if config.ivector_rspecifier else None)
     compiler = CachingCompiler(nnet, opts.compiler_config, opts.optimize_config,
                                cache_dir=config.cache_dir, use_disk=config.use_disk_cache)
-    batcher = ChunkBatchComputer(config.minibatch_size) if config.minibatch_size > 1 else None
+    batcher = ChunkBatchComputer(config.minibatch_size, config.kaldi_chunks) if config.minibatch_size > 1 else None
     num_workers = max(1, config.num_threads)
     if num_workers > 1:
         compiler = _LockedCompiler(compiler)
