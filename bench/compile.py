@@ -13,15 +13,17 @@ figures were taken):
 
 with the shortcut on and off, and cache hits (shortcut on; rows "mem-hit"
 and "disk-hit"): a repeated request, and a fresh compiler reading the disk
-cache.  Real Kaldi's figures (compile + optimize, ``reference/compile/compile_anchor_vosk.tsv``,
-summarised in ``reference/timings.md``) are printed beside them with the ratio
-pynnet3 / Kaldi where they exist (only for the vosk model).  Kaldi's times
-include its optimizer; pynnet3's include it only once ``pynnet3.optimize``
-provides one (the header says which).
+cache.  Times are the best of ``--runs`` (a fresh compiler per run).  Real
+Kaldi's compile + optimize times for the vosk rows are printed beside them
+with the ratio pynnet3 / Kaldi: measured in the same run when Kaldi is built
+(``--kaldi-root``, $KALDI_ROOT or /work/kaldi; the small C++ driver
+``bench/kaldi/nnet3-compile-time`` is built against it on first use, since
+Kaldi has no binary that only compiles), otherwise the recorded figures of
+``reference/compile/compile_anchor_vosk.tsv`` (labelled so).
 
 Usage:  python bench/compile.py [final.mdl] [--runs 3] [--max-seconds 20]
             [--no-configs] [--only NAME] [--skip NAME] [--no-shortcut-off] [--hits-only]
-            [--random]
+            [--random] [--kaldi-root DIR | --no-kaldi]
 
 Note: the x-vector config's 64-sequence request without the shortcut
 (statistics pooled over up to 10,000 frames for each of 150 outputs per
@@ -29,15 +31,17 @@ sequence, built cindex by cindex) needs more memory than a 24 GB machine
 has; use ``--no-shortcut-off`` or ``--skip xvector`` there.
 
 With ``--random`` it instead times each ``reference/random/NNN`` network on the
-request Kaldi compiled (shortcut on, fresh compiler per run) against the
-``compile_optimize_ms`` Kaldi wrote in its ``stats.txt``, and prints the ratio
-per seed and their geometric mean / worst.
+request Kaldi compiled (shortcut on, fresh compiler per run) against real
+Kaldi compiling the same model and request in the same run (the driver), or
+without a Kaldi build against the ``compile_optimize_ms`` of its
+``stats.txt``, and prints the ratio per seed and their geometric mean / worst.
 """
 from __future__ import annotations
 
 import argparse
 import csv
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -46,12 +50,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import kaldi_side as ks  # noqa: E402
 
 from pynnet3 import __version__  # noqa: E402
 from pynnet3.cache import CachingCompiler, CachingCompilerOptions  # noqa: E402
 from pynnet3.compile.request import ComputationRequest  # noqa: E402
 from pynnet3.compile.request_io import build_request  # noqa: E402
-from pynnet3.compile.graph.context import compute_simple_nnet_context
+from pynnet3.compile.graph.context import compute_simple_nnet_context  # noqa: E402
 from pynnet3.nnet.graph import graph_has_cycles, nnet_to_directed_graph  # noqa: E402
 from pynnet3.nnet.nnet import Nnet  # noqa: E402
 
@@ -83,7 +90,7 @@ def load_kaldi_anchors() -> dict[tuple[str, int, int, int], dict[str, str]]:
 
 def time_compile(nnet: Nnet, request: ComputationRequest, shortcut: bool, runs: int,
                  max_seconds: float) -> tuple[float, int, int, float | None]:
-    """(median ms, commands, matrices, seconds of one run if runs were cut short)."""
+    """(best ms, commands, matrices, seconds of one run if runs were cut short)."""
     times = []
     comp = None
     for _ in range(runs):
@@ -94,7 +101,7 @@ def time_compile(nnet: Nnet, request: ComputationRequest, shortcut: bool, runs: 
         if times[-1] > max_seconds:
             break
     assert comp is not None
-    return 1000 * statistics.median(times), len(comp.commands), len(comp.matrices), \
+    return 1000 * min(times), len(comp.commands), len(comp.matrices), \
         (times[0] if len(times) < runs else None)
 
 
@@ -147,6 +154,22 @@ def cases_for(name: str, nnet: Nnet, is_vosk: bool) -> list[Case]:
                  None, 64, True)]
 
 
+def vosk_path(args: argparse.Namespace) -> Path | None:
+    given = args.vosk or args.vosk_path
+    vosk = Path(given) if given else next((p for p in VOSK_CANDIDATES if p.is_file()), None)
+    return vosk if vosk is not None and vosk.is_file() else None
+
+
+def write_request(folder: Path, case: Case) -> Path:
+    """The case's request in Kaldi's text format, for the Kaldi driver."""
+    from pynnet3.compile.request_io import write_request_file
+
+    path = folder / (case.label.replace(" ", "_").replace("=", "") + ".kaldi-text")
+    if not path.exists():
+        write_request_file(str(path), case.request, binary=False)
+    return path
+
+
 def load_models(args: argparse.Namespace) -> list[tuple[str, object, bool]]:
     """(name, loader, is_vosk); loaders are called lazily so one failure is one row."""
     from pynnet3.nnet.components.base import set_random_seed
@@ -174,7 +197,40 @@ def load_models(args: argparse.Namespace) -> list[tuple[str, object, bool]]:
     return models
 
 
-def random_bench(runs: int, only: str) -> int:
+DRIVER_DIR = ROOT / "bench" / "kaldi"
+
+
+def kaldi_driver(kaldi: ks.KaldiTree | None) -> Path | None:
+    """bench/kaldi/nnet3-compile-time, built against ``kaldi`` if needed."""
+    if kaldi is None:
+        return None
+    driver = DRIVER_DIR / "nnet3-compile-time"
+    if not driver.is_file():
+        print(f"# building {driver.relative_to(ROOT)} against {kaldi.root}", flush=True)
+        p = subprocess.run(["make", "-C", str(DRIVER_DIR), f"KALDI_ROOT={kaldi.root}"],
+                           capture_output=True, text=True)
+        if p.returncode != 0 or not driver.is_file():
+            print(f"# could not build it; Kaldi's times are the recorded ones:\n"
+                  f"{p.stderr[-2000:]}", flush=True)
+            return None
+    return driver
+
+
+def kaldi_compile(driver: Path, model: Path, request: Path, runs: int,
+                  shortcut: bool = True, timeout: float = 600) -> tuple[float, int, int]:
+    """(best ms, commands, matrices) of real Kaldi's CachingOptimizingCompiler."""
+    p = subprocess.run([str(driver), f"--runs={runs}",
+                        f"--use-shortcut={'true' if shortcut else 'false'}",
+                        str(model), str(request)],
+                       capture_output=True, text=True, timeout=timeout,
+                       env=ks.thread_env(1))
+    if p.returncode != 0:
+        raise RuntimeError(f"nnet3-compile-time failed: {p.stderr[-1000:]}")
+    _name, best, _median, commands, matrices = p.stdout.split()
+    return float(best), int(commands), int(matrices)
+
+
+def random_bench(runs: int, only: str, kaldi: ks.KaldiTree | None = None) -> int:
     """Kaldi's own random networks on their own requests, against stats.txt."""
     import math
 
@@ -185,8 +241,11 @@ def random_bench(runs: int, only: str) -> int:
     if not root.is_dir():
         print("# reference/random not found; nothing to do")
         return 0
-    print(f"# pynnet3 {__version__}: reference/random/* on Kaldi's request, shortcut on; "
-          "kaldi_ms from stats.txt (compile+optimize)")
+    driver = kaldi_driver(kaldi)
+    source = (f"measured here, real Kaldi {kaldi.root} via bench/kaldi/nnet3-compile-time"
+              if driver else "stats.txt (recorded, not measured)")
+    print(f"# pynnet3 {__version__}: reference/random/* on Kaldi's request, shortcut on, "
+          f"best of {runs}, fresh compiler per run; kaldi_ms: {source} (compile+optimize)")
     print(f"{'seed':6s} {'pynnet3_ms':>11s} {'kaldi_ms':>9s} {'ratio':>7s} "
           f"{'commands py/kaldi':>18s}")
     ratios = []
@@ -197,10 +256,15 @@ def random_bench(runs: int, only: str) -> int:
                      (seed_dir / "stats.txt").read_text().splitlines() if line.strip())
         nnet = read_nnet(str(seed_dir / "final.raw"))
         request = read_request_file(str(seed_dir / "request.kaldi-text"))
+        if driver:
+            # Kaldi first, then pynnet3, seed by seed: the same load on both.
+            kms, kcmds, _ = kaldi_compile(driver, seed_dir / "final.raw",
+                                          seed_dir / "request.kaldi-text", runs)
+        else:
+            kms, kcmds = float(stats["compile_optimize_ms"]), int(stats["num_commands"])
         ms, cmds, _mats, _ = time_compile(nnet, request, True, runs, 1e9)
-        kms = float(stats["compile_optimize_ms"])
         ratios.append(ms / kms)
-        counts = f"{cmds}/{stats['num_commands'].strip()}"
+        counts = f"{cmds}/{kcmds}"
         print(f"{seed_dir.name:6s} {ms:11.1f} {kms:9.1f} {ms / kms:6.1f}x {counts:>18s}",
               flush=True)
     if ratios:
@@ -231,20 +295,31 @@ def main() -> int:
                         help="only the cache-hit figures (memory and disk)")
     parser.add_argument("--random", action="store_true",
                         help="time reference/random/* on their own requests against Kaldi")
+    ks.add_arguments(parser)
     args = parser.parse_args()
+    kaldi = ks.kaldi_from_args(args, need="nnet3-train")
     if args.random:
-        return random_bench(args.runs, args.only)
+        return random_bench(args.runs, args.only, kaldi)
+    driver = kaldi_driver(kaldi)
+    request_dir = tempfile.TemporaryDirectory(prefix="pynnet3-bench-compile-")
 
     anchors = load_kaldi_anchors()
-    print(f"# pynnet3 {__version__} compile benchmark; times include the optimizer")
-    print("# Kaldi: reference/compile/compile_anchor_vosk.tsv (CachingOptimizingCompiler, fresh "
-          "per run, same machine kind); ratio = pynnet3 / Kaldi")
+    print(f"# pynnet3 {__version__} compile benchmark; times include the optimizer; "
+          f"best of {args.runs}, fresh compiler per run")
+    if driver:
+        print(f"# Kaldi: measured here (real Kaldi {kaldi.root}, bench/kaldi/nnet3-compile-time, "
+              "CachingOptimizingCompiler, fresh per run, vosk rows; Kaldi and pynnet3 "
+              "alternate row by row); ratio = pynnet3 / Kaldi")
+    else:
+        print("# Kaldi: reference/compile/compile_anchor_vosk.tsv (recorded, not measured: "
+              "median of 3 on a machine of this kind); ratio = pynnet3 / Kaldi")
     header = (f"{'model':28s} {'request':24s} {'shortcut':8s} {'pynnet3_ms':>11s} "
               f"{'kaldi_ms':>9s} {'ratio':>7s} {'commands py/kaldi':>18s} "
               f"{'matrices py/kaldi':>18s}")
     print(header, flush=True)
     ratios: list[tuple[float, str]] = []
     worst_hit = (0.0, "")
+    vosk_model = vosk_path(args)
     for name, loader, is_vosk in load_models(args):
         try:
             nnet = loader()  # type: ignore[operator]
@@ -269,6 +344,13 @@ def main() -> int:
                 kms = float(row["compile_ms_median"]) if row else None
                 kc = row["num_commands"] if row else "-"
                 km = row["num_matrices"] if row else "-"
+                if driver and is_vosk and vosk_model is not None:
+                    try:
+                        kms, kc, km = kaldi_compile(
+                            driver, vosk_model,
+                            write_request(Path(request_dir.name), case), args.runs, shortcut)
+                    except Exception as e:
+                        print(f"{prefix} Kaldi: ERROR {e}", flush=True)
                 note = f"  (1 run: {one_run:.0f} s)" if one_run is not None else ""
                 if kms:
                     ratios.append((ms / kms, f"{name} {case.label} shortcut "

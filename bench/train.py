@@ -10,30 +10,34 @@ reference generator (seed 1, bit-identical to Kaldi's feats.ark/post.ark),
 egs of 8 frames (+2/+2 context) made by pynnet3's nnet3-get-egs and merged
 into minibatches of ``--minibatch-size`` egs (128 x 8 = 1024 frames).
 Frames/s counts the supervised frame rows of one pass (29696 for 128), as
-timing.md does.  Rows printed (medians of ``--runs`` runs):
+timing.md does.  For each minibatch size (``--minibatch-size``, default
+128,16) and thread setting (``--threads``, default 1,2; N sets
+OPENBLAS/OMP/MKL/NUMBA_NUM_THREADS=N, ``default`` unsets them) it prints:
 
-* ``pynnet3 nnet3-train``: the binary, wall time of the whole process
-  (start-up, model and egs reading, compilation, writing), exactly as Kaldi's
-  figure was taken, and its CPU time (user + system), the steadier figure on
-  a shared machine (Kaldi's single-threaded wall times were taken at a load
-  average of ~1.4 on 2 cores); the ratio column is pynnet3 / Kaldi.
-* ``pynnet3 loop, natural gradient``: the same training inside this process
-  (NnetTrainer on egs read beforehand, fresh model each run), wall and CPU.
-* ``pynnet3 loop, plain SGD`` and ``PyTorch loop, plain SGD``: the same
-  network with plain affine layers (no natural gradient, no max-change),
-  same initial parameters, same minibatches, same learning rate; PyTorch
-  builds it from Linear, ReLU, BatchNorm1d (train mode, no affine, eps 1e-3
-  as Kaldi's), log_softmax and the weighted cross-entropy (Kaldi's objective:
-  the sum over frames), with torch.optim.SGD.  Their ratio is PyTorch /
-  pynnet3.  The objective per frame after the pass is printed for both as a
-  check that they train the same network.  PyTorch is optional (not a
-  pynnet3 dependency); without it its row says so.
+* ``process``: real Kaldi's ``nnet3-train --srand=1 0.raw ark:mergedN.ark``
+  and pynnet3's same command on the same model and egs, run alternately
+  (bench/kaldi_side.py), best of ``--runs``: whole-process wall time
+  (start-up, model and egs reading, compilation, writing), CPU time, peak
+  RSS, and the speed ratio pynnet3 / Kaldi.  Kaldi is found through
+  ``--kaldi-root``, $KALDI_ROOT or /work/kaldi; without a build its
+  recorded figure (reference/train/timing.md) stands in, labelled
+  "recorded, not measured".
+* in-process rows, in a worker process with the same thread setting:
+  ``pynnet3 loop, natural gradient`` (NnetTrainer on egs read beforehand,
+  fresh model each run), ``pynnet3 loop, plain SGD`` and ``PyTorch loop,
+  plain SGD``: the same network with plain affine layers (no natural
+  gradient, no max-change), same initial parameters, same minibatches, same
+  learning rate; PyTorch builds it from Linear, ReLU, BatchNorm1d (train
+  mode, no affine, eps 1e-3 as Kaldi's), log_softmax and the weighted
+  cross-entropy (Kaldi's objective: the sum over frames), with
+  torch.optim.SGD, torch threads = the setting.  PyTorch and pynnet3's plain
+  loop are run alternately for their ratio.  The objective per frame after
+  the pass is printed for each as a check that they train the same network.
+  PyTorch is optional (not a pynnet3 dependency); without it its row says so.
 
-Threads: OPENBLAS_NUM_THREADS and torch's intra-op threads are ``--threads``
-(default 1, Kaldi's single-thread column; 2 for its second column).
-
-Usage:  python bench/train.py [--minibatch-size 128|16] [--runs 3] [--threads 1]
-            [--no-torch] [--no-binary] [--keep DIR]
+Usage:  python bench/train.py [--minibatch-size 128,16] [--threads 1,2] [--runs 3]
+            [--kaldi-root DIR | --no-kaldi] [--no-torch] [--no-binary] [--no-loops]
+            [--keep DIR]
 """
 from __future__ import annotations
 
@@ -41,7 +45,6 @@ import argparse
 import os
 import resource
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -49,11 +52,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
 
-# timing.md (nnet3-train, Kaldi CPU build, this machine kind): supervised frame
-# rows / median wall seconds of two rounds, by (minibatch size, threads).
-KALDI_FPS = {(128, 1): (5144, 5549), (128, 2): (6210, 8468),
-             (16, 1): (5201, 5379), (16, 2): (6030, 7261)}
+import kaldi_side as ks  # noqa: E402
 
 CONFIG = """# timing TDNN (reference/train/timing/config.txt)
 input-node name=input dim=40
@@ -283,18 +284,91 @@ def torch_loop(work: Path, batches: list) -> tuple[float, float, float]:
 # ---------------------------------------------------------------------------
 
 
+def loops(args: argparse.Namespace, work: Path, merged: str) -> None:
+    """The in-process rows (run in a worker process whose thread variables
+    are the setting's, since OpenBLAS fixes its pool when loaded)."""
+    egs = load_egs(work / merged)
+    rows = supervised_rows(egs)
+    kaldi_fps = ks.recorded(f"nnet3-train mb{args.minibatch_size} {args.threads}")
+
+    def row(label: str, walls: list[float], cpus: list[float], objf: float | None,
+            ratio: str) -> float:
+        w, c = min(walls), min(cpus)
+        objf_text = f"{objf:11.5f}" if objf is not None else f"{'-':>11s}"
+        print(f"  {label:34s} {w:7.2f} {rows / w:9,.0f} {c:7.2f} {rows / c:9,.0f} "
+              f"{objf_text}  {ratio}", flush=True)
+        return rows / w
+
+    print(f"  {'in-process loops (best of runs)':34s} {'wall s':>7s} {'frames/s':>9s} "
+          f"{'cpu s':>7s} {'frames/s':>9s} {'objf/frame':>11s}  ratio", flush=True)
+    warm_up(work, egs)
+    results = {}
+    for plain in (False, True):
+        results[plain] = [pynnet3_loop(work, egs, plain) for _ in range(args.runs)]
+    ng = results[False]
+    ratio = (f"{rows / min(r[0] for r in ng) / kaldi_fps[0]:.2f} x Kaldi recorded (wall)"
+             if kaldi_fps else "")
+    row("pynnet3 loop, natural gradient", [r[0] for r in ng], [r[1] for r in ng],
+        ng[0][2], ratio)
+    pl = results[True]
+    plain_fps = row("pynnet3 loop, plain SGD", [r[0] for r in pl], [r[1] for r in pl],
+                    pl[0][2], "")
+    if args.no_torch:
+        print("  PyTorch: skipped (--no-torch)")
+        return
+    try:
+        import torch
+    except ImportError:
+        print("  PyTorch: not installed (pip install torch), row skipped")
+        return
+    torch.set_num_threads(args.threads or os.cpu_count() or 1)
+    batches = torch_batches(egs)
+    torch_loop(work, batches[:1])                      # warm-up
+    # Alternate with pynnet3's plain loop, so that load hits both alike.
+    t_runs, p_runs = [], []
+    for _ in range(args.runs):
+        t_runs.append(torch_loop(work, batches))
+        p_runs.append(pynnet3_loop(work, egs, True))
+    p_fps = rows / min(r[0] for r in p_runs)
+    torch_fps = row(f"PyTorch {torch.__version__} loop, plain SGD", [r[0] for r in t_runs],
+                    [r[1] for r in t_runs], t_runs[0][2], "")
+    print(f"  pynnet3 plain SGD / PyTorch plain SGD (wall, alternated): "
+          f"{p_fps / torch_fps:.2f}x  (pynnet3 {p_fps:,.0f}, earlier row {plain_fps:,.0f}; "
+          f"PyTorch {torch_fps:,.0f} frames/s)", flush=True)
+
+
+def parse_threads(text: str) -> list[int | None]:
+    return [None if t in ("default", "none") else int(t) for t in text.split(",")]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--minibatch-size", type=int, default=128, choices=(128, 16))
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=1, choices=(1, 2))
+    ap.add_argument("--minibatch-size", default="128,16",
+                    help="egs per minibatch, a comma list of 128 and/or 16 (default both)")
+    ap.add_argument("--runs", type=int, default=3, help="runs per figure (best of)")
+    ap.add_argument("--threads", default="1,2",
+                    help="comma list of thread settings: N sets OPENBLAS/OMP/MKL/"
+                         "NUMBA_NUM_THREADS=N, 'default' unsets them (default 1,2)")
     ap.add_argument("--no-torch", action="store_true")
-    ap.add_argument("--no-binary", action="store_true", help="skip the nnet3-train process row")
+    ap.add_argument("--no-binary", action="store_true",
+                    help="skip the nnet3-train process rows (Kaldi and pynnet3)")
+    ap.add_argument("--no-loops", action="store_true",
+                    help="skip the in-process rows (pynnet3 loops, PyTorch)")
     ap.add_argument("--keep", metavar="DIR", help="make (or reuse) the data in DIR")
+    ap.add_argument("--loops-worker", action="store_true", help=argparse.SUPPRESS)
+    ks.add_arguments(ap)
     args = ap.parse_args()
-    os.environ["OPENBLAS_NUM_THREADS"] = str(args.threads)
     sys.path.insert(0, str(ROOT / "src"))
 
+    if args.loops_worker:             # one setting; the parent set the environment
+        args.minibatch_size = int(args.minibatch_size)
+        args.threads = parse_threads(args.threads)[0]
+        loops(args, Path(args.keep), f"merged{args.minibatch_size}.ark")
+        return
+
+    sizes = [int(m) for m in args.minibatch_size.split(",")]
+    threads = parse_threads(args.threads)
+    kaldi = ks.kaldi_from_args(args, need="nnet3-train")
     tmp = None
     if args.keep:
         work = Path(args.keep)
@@ -303,65 +377,37 @@ def main() -> None:
         tmp = tempfile.mkdtemp(prefix="pynnet3-bench-train-")
         work = Path(tmp)
     try:
-        merged = prepare(work, args.minibatch_size)
-        egs = load_egs(work / merged)
-        rows = supervised_rows(egs)
-        mb = args.minibatch_size
-        kaldi = KALDI_FPS[(mb, args.threads)]
-        print(f"timing TDNN (1.65M parameters), {len(egs)} minibatches of {mb} egs x 8 frames, "
-              f"{rows} supervised frames per pass; threads={args.threads}; "
-              f"medians of {args.runs} runs")
-        print(f"Kaldi nnet3-train (timing.md, process wall): {kaldi[0]:,}-{kaldi[1]:,} frames/s")
-        header = (f"{'':34s} {'wall s':>7s} {'frames/s':>9s} {'cpu s':>7s} {'frames/s':>9s}"
-                  f" {'objf/frame':>11s}  ratio")
-        print(header)
-
-        def row(label: str, walls: list[float], cpus: list[float] | None,
-                objf: float | None, ratio: str) -> float:
-            w = statistics.median(walls)
-            c = statistics.median(cpus) if cpus else None
-            cpu_text = f"{c:7.2f} {rows / c:9,.0f}" if c else f"{'-':>7s} {'-':>9s}"
-            objf_text = f"{objf:11.5f}" if objf is not None else f"{'-':>11s}"
-            print(f"{label:34s} {w:7.2f} {rows / w:9,.0f} {cpu_text} {objf_text}  {ratio}")
-            return rows / w
-
-        if not args.no_binary:
-            runs = [binary("nnet3-train", "--srand=1", "0.raw", f"ark:{merged}", "out.raw",
-                           cwd=work) for _ in range(args.runs)]
-            walls, cpus = [r[0] for r in runs], [r[1] for r in runs]
-            fps = rows / statistics.median(walls)
-            cpu_fps = rows / statistics.median(cpus)
-            row("pynnet3 nnet3-train (process)", walls, cpus, None,
-                f"{fps / kaldi[1]:.2f}-{fps / kaldi[0]:.2f} x Kaldi (wall), "
-                f"{cpu_fps / kaldi[1]:.2f}-{cpu_fps / kaldi[0]:.2f} (cpu)")
-        warm_up(work, egs)
-        results = {}
-        for plain in (False, True):
-            runs = [pynnet3_loop(work, egs, plain) for _ in range(args.runs)]
-            results[plain] = runs
-        ng_walls, ng_cpus = [r[0] for r in results[False]], [r[1] for r in results[False]]
-        fps = rows / statistics.median(ng_cpus)
-        row("pynnet3 loop, natural gradient", ng_walls, ng_cpus, results[False][0][2],
-            f"{fps / kaldi[1]:.2f}-{fps / kaldi[0]:.2f} x Kaldi (cpu)")
-        pl_walls, pl_cpus = [r[0] for r in results[True]], [r[1] for r in results[True]]
-        plain_fps = rows / statistics.median(pl_cpus)
-        row("pynnet3 loop, plain SGD", pl_walls, pl_cpus, results[True][0][2], "")
-        if args.no_torch:
-            print("PyTorch: skipped (--no-torch)")
-            return
-        try:
-            import torch
-        except ImportError:
-            print("PyTorch: not installed (pip install torch), column skipped")
-            return
-        torch.set_num_threads(args.threads)
-        batches = torch_batches(egs)
-        torch_loop(work, batches[:1])                      # warm-up
-        runs = [torch_loop(work, batches) for _ in range(args.runs)]
-        t_cpus = [r[1] for r in runs]
-        torch_fps = rows / statistics.median(t_cpus)
-        row(f"PyTorch {torch.__version__} loop, plain SGD", [r[0] for r in runs], t_cpus,
-            runs[0][2], f"{torch_fps / plain_fps:.2f} x pynnet3 plain (cpu)")
+        print(f"timing TDNN (1.65M parameters), egs of 8 frames; best of {args.runs} runs; "
+              f"ratio = pynnet3 speed / Kaldi speed; "
+              f"Kaldi: {kaldi.root if kaldi else 'not built here (recorded figures)'}",
+              flush=True)
+        for mb in sizes:
+            merged = prepare(work, mb)
+            egs = load_egs(work / merged)
+            rows, num_mb = supervised_rows(egs), len(egs)
+            del egs
+            for t in threads:
+                print(f"nnet3-train, {num_mb} minibatches of {mb} egs, {ks.thread_label(t)}: "
+                      f"{rows} supervised frames per pass", flush=True)
+                env = ks.thread_env(t)
+                if not args.no_binary:
+                    kcmd = ([str(kaldi.require("nnet3-train")), "--srand=1", "0.raw",
+                             f"ark:{merged}", "kaldi_out.raw"] if kaldi else None)
+                    pcmd = ks.pynnet3_command("nnet3-train", "--srand=1", "0.raw",
+                                              f"ark:{merged}", "out.raw")
+                    pair = ks.side_by_side(kcmd, pcmd, runs=args.runs, env=env, cwd=work)
+                    print("  " + ks.format_pair("process", pair, work_units=rows,
+                                                recorded_key=f"nnet3-train mb{mb} {t}"),
+                          flush=True)
+                if not args.no_loops:
+                    cmd = [sys.executable, __file__, "--loops-worker", "--keep", str(work),
+                           "--minibatch-size", str(mb), "--runs", str(args.runs),
+                           "--threads", "default" if t is None else str(t)]
+                    if args.no_torch:
+                        cmd.append("--no-torch")
+                    p = subprocess.run(cmd, env=env)
+                    if p.returncode != 0:
+                        print(f"  in-process rows failed (exit {p.returncode})", flush=True)
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
