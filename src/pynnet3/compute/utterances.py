@@ -171,6 +171,8 @@ def nnet3_compute(config: Nnet3ComputeConfig, nnet_rxfilename: str, feature_rspe
                                cache_dir=config.cache_dir, use_disk=config.use_disk_cache)
     batcher = ChunkBatchComputer(config.minibatch_size, config.kaldi_chunks) if config.minibatch_size > 1 else None
     num_workers = max(1, config.num_threads)
+    if getattr(config.backend, "name", config.backend) == "cuda":
+        num_workers = 1    # one GPU stream: utterances one after another, as Kaldi
     if num_workers > 1:
         compiler = _LockedCompiler(compiler)
 
