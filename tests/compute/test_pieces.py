@@ -4,7 +4,7 @@ outputs do not depend on the chunking, computing an utterance in pieces
 that compute their context once gives what Kaldi's chunks give (each with
 its own context), within float tolerance; the others keep Kaldi's chunks.
 
-* the cut of an utterance into pieces;
+* the cut of an utterance into pieces (the last may overlap the one before);
 * the decision, on the reference recipe networks (TDNN, TDNN-F, CNN: free;
   LSTMP, TDNN-LSTM, OPGRU: recurrent; attention, x-vector statistics: not)
   and on tiny configs (IfDefined, ReplaceIndex of a computed node, a
@@ -27,20 +27,33 @@ from tests.compute.nnet3_compute_cases import SMALL, TINY_CONFIG, new_compiler, 
 
 
 def test_plan_pieces() -> None:
-    # 19 whole chunks of 17 and 10 frames: 16 + 2 + (1 chunk + the last 10).
-    assert plan_pieces(333, 17, 16) == [(0, 272), (272, 34), (306, 27)]
-    assert plan_pieces(333, 17, 4) == [(0, 68), (68, 68), (136, 68), (204, 68), (272, 34),
-                                       (306, 27)]
+    # 333 frames, chunks of 17: 16 chunks, then 4 chunks ending at the end
+    # (overlapping 7 frames) rather than 2 + (1 chunk + the last 10).
+    assert plan_pieces(333, 17, 16) == [(0, 272), (265, 68)]
+    assert plan_pieces(333, 17, 4) == [(0, 68), (68, 68), (136, 68), (204, 68), (265, 68)]
+    # ... only where it starts on the network's modulus (align): 265 is odd.
+    assert plan_pieces(333, 17, 16, align=2) == [(0, 272), (272, 34), (306, 27)]
+    assert plan_pieces(333, 17, 16, align=5) == [(0, 272), (265, 68)]
     assert plan_pieces(10, 17, 16) == [(0, 10)]           # shorter than a chunk
     assert plan_pieces(17, 17, 16) == [(0, 17)]           # one chunk
     assert plan_pieces(34, 17, 16) == [(0, 34)]
-    assert plan_pieces(40, 17, 16) == [(0, 34), (34, 6)]  # no one-chunk piece to join
-    assert plan_pieces(40, 17, 1) == [(0, 17), (17, 23)]  # one-chunk pieces: Kaldi's + rest
-    for num, spc, most in [(1, 5, 3), (99, 7, 8), (1000, 50, 16), (3, 1, 2)]:
-        pieces = plan_pieces(num, spc, most)
-        assert pieces[0][0] == 0 and sum(n for _, n in pieces) == num
-        assert all(a + n == b for (a, n), (b, _) in zip(pieces, pieces[1:]))
-        assert all(n <= max(most * spc, spc + spc - 1) for _, n in pieces)
+    assert plan_pieces(40, 17, 16) == [(0, 34), (34, 6)]  # 4 chunks would not fit
+    assert plan_pieces(20, 17, 16) == [(0, 20)]           # one chunk + Kaldi's last
+    assert plan_pieces(40, 17, 1) == [(0, 17), (17, 17), (34, 6)]
+    assert plan_pieces(0, 17, 16) == []
+    for num, spc, most, align in [(1, 5, 3, 1), (99, 7, 8, 3), (1000, 50, 16, 1), (3, 1, 2, 1),
+                                  (5000, 17, 16, 2), (777, 17, 4, 4)]:
+        pieces = plan_pieces(num, spc, most, align)
+        covered = np.zeros(num, bool)
+        for start, n in pieces:
+            assert 0 <= start and start + n <= num
+            # A power of two of chunks, or Kaldi's last chunk (+ one chunk).
+            chunks = n // spc
+            assert (n % spc == 0 and chunks & (chunks - 1) == 0 and chunks <= most) \
+                or n < 2 * spc
+            assert start % align == 0 or start % spc == 0
+            covered[start:start + n] = True
+        assert covered.all()
 
 
 EXPECTED = {

@@ -32,15 +32,16 @@ ReplaceIndex but the iVector's, every component one of
 gives the same outputs, provided every piece reads the same edge-padded
 input frames (the first and last frame repeated, as Kaldi pads its first and
 last chunk) and the same iVector.  :func:`chunking_free` decides it from the
-network; :func:`plan_pieces` cuts an utterance into pieces of whole chunks,
-a power of two of them (at most ``max_chunks``), then Kaldi's own last
-(shorter) chunk, merged into a one-chunk piece before it; so a run needs
-few distinct computations, and each computes its context once.  Online
+network; :func:`plan_pieces` cuts an utterance into pieces of a power of
+two chunks (at most ``max_chunks``; the last may overlap the one before
+it and ends at the utterance's end) or Kaldi's own last, shorter chunk; so
+a run needs few distinct computations, and each computes its context once.  Online
 iVectors (one per chunk) and ``kaldi_chunks=True`` keep Kaldi's chunks.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -182,15 +183,13 @@ def chunking_free(nnet: Any) -> str | None:
     return None
 
 
-def plan_pieces(num_frames: int, frames_per_chunk: int, max_chunks: int) -> list[tuple[int, int]]:
-    """(first output frame, number of output frames) of the pieces an
-    utterance of ``num_frames`` (subsampled) output frames is computed in,
-    ``frames_per_chunk`` (subsampled) per chunk: whole chunks in pieces of
-    max_chunks, max_chunks / 2, ... 1 chunks, then Kaldi's last shorter
-    chunk (joined to a one-chunk piece just before it)."""
+def _tail_pieces(start: int, num_frames: int, frames_per_chunk: int,
+                 max_chunks: int) -> list[tuple[int, int]]:
+    """Frames [start, start + num_frames) in whole chunks, max_chunks,
+    max_chunks / 2, ... 1 of them a piece, then Kaldi's last shorter chunk
+    (joined to a one-chunk piece just before it)."""
     full, rest = divmod(num_frames, frames_per_chunk)
     pieces = []
-    start = 0
     for size in batch_sizes(full, max_chunks):
         pieces.append((start, size * frames_per_chunk))
         start += size * frames_per_chunk
@@ -199,6 +198,44 @@ def plan_pieces(num_frames: int, frames_per_chunk: int, max_chunks: int) -> list
             pieces[-1] = (pieces[-1][0], frames_per_chunk + rest)
         else:
             pieces.append((start, rest))
+    return pieces
+
+
+def plan_pieces(num_frames: int, frames_per_chunk: int, max_chunks: int,
+                align: int = 1) -> list[tuple[int, int]]:
+    """(first output frame, number of output frames) of the pieces an
+    utterance of ``num_frames`` (subsampled) output frames is computed in,
+    ``frames_per_chunk`` (subsampled) per chunk: pieces of max_chunks chunks
+    while they fit; the rest either as one piece of a power of two chunks
+    that ends at the utterance's end (overlapping the piece before it; only
+    where its first frame is a multiple of ``align``, so that the network's
+    time modulus is respected) or in pieces of whole chunks, max_chunks / 2,
+    ... 1 of them, and Kaldi's last shorter chunk, whichever costs fewer
+    frames, counting a chunk's worth of frames per piece for its context.
+    Piece sizes are a power of two of chunks or Kaldi's last chunk (plus
+    one chunk), so utterances of any length share a few computations."""
+    if num_frames <= 0:
+        return []
+    max_frames = max_chunks * frames_per_chunk
+    pieces = []
+    start = 0
+    while num_frames - start >= max_frames:
+        pieces.append((start, max_frames))
+        start += max_frames
+    rest = num_frames - start
+    if rest == 0:
+        return pieces
+    tail = _tail_pieces(start, rest, frames_per_chunk, max_chunks)
+    chunks = 1
+    while chunks * frames_per_chunk < rest:
+        chunks *= 2
+    size = chunks * frames_per_chunk
+    if (len(tail) > 1 and chunks <= max_chunks and size <= num_frames
+            and (num_frames - size) % align == 0
+            and size + frames_per_chunk < rest + frames_per_chunk * len(tail)):
+        pieces.append((num_frames - size, size))
+    else:
+        pieces.extend(tail)
     return pieces
 
 
@@ -232,8 +269,11 @@ class ChunkBatchComputer:
         batches (or, where exact, the utterance in longer pieces)."""
         chunks: list[tuple[int, ChunkInputs]] = []
         if self.uses_pieces(decodable):
-            spc = decodable.opts.frames_per_chunk // decodable.opts.frame_subsampling_factor
-            for start, num in plan_pieces(decodable.num_frames(), spc, self.max_chunks):
+            fss = decodable.opts.frame_subsampling_factor
+            spc = decodable.opts.frames_per_chunk // fss
+            # Pieces start at multiples of the network's time modulus.
+            align = math.lcm(fss, decodable.nnet.modulus()) // fss
+            for start, num in plan_pieces(decodable.num_frames(), spc, self.max_chunks, align):
                 chunks.append((start, decodable.piece_inputs(start, num)))
         else:
             t = 0
