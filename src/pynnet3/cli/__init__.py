@@ -35,4 +35,5 @@ BINARIES = {
     "nnet3-acc-lda-stats": "pynnet3.cli.acc_lda_stats:main",
     "sum-lda-accs": "pynnet3.cli.sum_lda_accs:main",
     "nnet-get-feature-transform": "pynnet3.cli.get_feature_transform:main",
+    "nnet3-xvector-compute": "pynnet3.cli.xvector_compute:main",
 }
