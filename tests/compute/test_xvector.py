@@ -35,7 +35,7 @@ def _network(case: Path) -> str:
 
 
 @pytest.mark.parametrize("which,feats,options", [
-    ("X1", "feats_test.ark", dict(chunk_size=-1)),
+    pytest.param("X1", "feats_test.ark", dict(chunk_size=-1), marks=pytest.mark.slow),
     ("X2", "feats_test_x2.ark", dict(chunk_size=30, min_chunk_size=10)),
 ])
 def test_matches_kaldi(tmp_path: Path, which: str, feats: str, options: dict) -> None:

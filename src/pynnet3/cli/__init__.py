@@ -36,4 +36,5 @@ BINARIES = {
     "sum-lda-accs": "pynnet3.cli.sum_lda_accs:main",
     "nnet-get-feature-transform": "pynnet3.cli.get_feature_transform:main",
     "nnet3-xvector-compute": "pynnet3.cli.xvector_compute:main",
+    "nnet3-compute-batch": "pynnet3.cli.compute_batch:main",
 }
