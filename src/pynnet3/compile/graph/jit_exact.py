@@ -19,6 +19,10 @@ It applies when every node's dependencies can be written as small tables
 * component nodes whose component keeps the default index hooks (one input,
   the same Index) or declares plain offsets (get_input_index_offsets(), e.g.
   TdnnComponent: every listed input required);
+* component nodes whose component reads a window of its input (the
+  statistics components: programs.component_range): thousands of
+  dependencies, computable when any is; their computable / not-computable
+  inputs are counted as the states change, so deciding never rescans them;
 * descriptor nodes built from node names, ``Offset``, ``Round``,
   ``ReplaceIndex``, ``Switch`` (forwarding expressions, each giving one
   dependency "term") combined by ``Append``, ``Sum``, ``Failover``,
