@@ -27,8 +27,9 @@ Usage:  python bench/compile.py [final.mdl] [--runs 3] [--max-seconds 20]
 
 Note: the x-vector config's 64-sequence request without the shortcut
 (statistics pooled over up to 10,000 frames for each of 150 outputs per
-sequence, built cindex by cindex) needs more memory than a 24 GB machine
-has; use ``--no-shortcut-off`` or ``--skip xvector`` there.
+sequence: 22 million cindexes, nearly all found not computable) takes about
+a minute and 9 GB; use ``--no-shortcut-off`` or ``--skip xvector`` on a small
+machine.  ``--xvector`` prints the x-vector rows alone (with peak memory).
 
 With ``--random`` it instead times each ``reference/random/NNN`` network on the
 request Kaldi compiled (shortcut on, fresh compiler per run) against real
@@ -274,6 +275,79 @@ def random_bench(runs: int, only: str, kaldi: ks.KaldiTree | None = None) -> int
     return 0
 
 
+# ---- x-vector (statistics pooling) rows: issue 14 item 5 --------------------------------
+# Kept apart from the Kaldi side-by-side table above: `--xvector` prints only
+# these rows.  The x-vector network of reference/configs/xvector_sre16_1a pools
+# statistics over [t, t+10000]: each request's graph reaches 10,000 frames past
+# its input (all of it found not computable), which Kaldi's algorithm builds too.
+
+def _peak_rss_child(request_args: list[str]) -> tuple[float, float, int]:
+    """(seconds, peak resident GB, commands) of one compile in a fresh process."""
+    import json
+    import subprocess
+
+    code = (
+        "import json, resource, sys, time\n"
+        f"sys.path.insert(0, {str(ROOT / 'src')!r})\n"
+        "from pathlib import Path\n"
+        "from pynnet3.cache import CachingCompiler, CachingCompilerOptions\n"
+        "from pynnet3.compile.graph.context import compute_simple_nnet_context\n"
+        "from pynnet3.compile.request_io import build_request\n"
+        "from pynnet3.nnet.components.base import set_random_seed\n"
+        "from pynnet3.nnet.nnet import Nnet\n"
+        "path, seqs, deriv, shortcut = sys.argv[1], int(sys.argv[2]), sys.argv[3] == '1', "
+        "sys.argv[4] == '1'\n"
+        "set_random_seed(0); nnet = Nnet(); nnet.read_config(Path(path).read_text(), path)\n"
+        "req = build_request(nnet, seqs, 150, need_model_derivative=deriv, "
+        "context=compute_simple_nnet_context(nnet))\n"
+        "cc = CachingCompiler(nnet, CachingCompilerOptions(use_shortcut=shortcut), "
+        "use_disk=False)\n"
+        "t = time.perf_counter(); comp = cc.compile(req); t = time.perf_counter() - t\n"
+        "rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6\n"
+        "print(json.dumps([t, rss, len(comp.commands)]))\n")
+    p = subprocess.run([sys.executable, "-c", code, *request_args], capture_output=True,
+                       text=True, timeout=3600)
+    if p.returncode != 0:
+        raise RuntimeError(p.stderr.strip().splitlines()[-1] if p.stderr.strip() else
+                           f"exit status {p.returncode}")
+    t, rss, cmds = json.loads(p.stdout.strip().splitlines()[-1])
+    return t, rss, cmds
+
+
+def xvector_bench(runs: int, shortcut_off: bool) -> int:
+    """The x-vector rows: 1 x 150 forward and 64 x 150 training requests,
+    shortcut on (median ms of ``runs`` fresh compilers in this process, after
+    one untimed warm-up) and, for the training request, off (one compile in a
+    fresh process: seconds and peak resident memory)."""
+    config = REFERENCE / "configs" / "xvector_sre16_1a" / "ref.config"
+    if not config.is_file():
+        print(f"# {config} not found; nothing to do")
+        return 0
+    from pynnet3.nnet.components.base import set_random_seed
+
+    set_random_seed(0)
+    nnet = Nnet()
+    nnet.read_config(config.read_text(), str(config))
+    context = compute_simple_nnet_context(nnet)
+    print(f"# pynnet3 {__version__}: x-vector compile rows (xvector_sre16_1a: statistics "
+          "pooling over [t, t+10000])")
+    print(f"{'request':22s} {'shortcut':8s} {'ms':>10s} {'peak_GB':>8s} {'commands':>9s}")
+    for label, seqs, deriv in (("1x150 fwd", 1, False), ("64x150 deriv", 64, True)):
+        request = build_request(nnet, seqs, 150, need_model_derivative=deriv, context=context)
+        time_compile(nnet, request, True, 1, 1e9)      # warm-up (Numba kernels, imports)
+        ms, cmds, _mats, _ = time_compile(nnet, request, True, runs, 1e9)
+        print(f"{label:22s} {'on':8s} {ms:10.1f} {'-':>8s} {cmds:9d}", flush=True)
+    if shortcut_off:
+        try:
+            t, rss, cmds = _peak_rss_child([str(config), "64", "1", "0"])
+            print(f"{'64x150 deriv':22s} {'off':8s} {1000 * t:10.1f} {rss:8.2f} {cmds:9d}"
+                  "  (one run, fresh process)", flush=True)
+        except Exception as e:
+            print(f"{'64x150 deriv':22s} {'off':8s} ERROR {e}", flush=True)
+    return 0
+# ---- end of the x-vector rows -------------------------------------------------------------
+
+
 def fmt_ratio(ours: float, kaldi: float | None) -> str:
     return f"{ours / kaldi:.1f}x" if kaldi else "n/a"
 
@@ -295,8 +369,12 @@ def main() -> int:
                         help="only the cache-hit figures (memory and disk)")
     parser.add_argument("--random", action="store_true",
                         help="time reference/random/* on their own requests against Kaldi")
+    parser.add_argument("--xvector", action="store_true",
+                        help="only the x-vector (statistics pooling) rows (issue 14)")
     ks.add_arguments(parser)
     args = parser.parse_args()
+    if args.xvector:
+        return xvector_bench(args.runs, not args.no_shortcut_off)
     kaldi = ks.kaldi_from_args(args, need="nnet3-train")
     if args.random:
         return random_bench(args.runs, args.only, kaldi)

@@ -243,3 +243,56 @@ def test_recipe_recurrent_networks(name: str):
     outs = [Index(n, t, 0) for t in range(0, 8) for n in range(2)]
     request = ComputationRequest(inputs=inputs, outputs=[IoSpecification("output", outs)])
     assert _assert_same(nnet, request, name)
+
+
+# Statistics extraction (blocks of 3 frames) and pooling (every 3rd frame,
+# a window of [t-6, t+9]) after a small TDNN: window components, whose
+# dependencies and "computable when any input is" the compiled loop computes
+# itself (programs.component_range).
+_STATS = """
+input-node name=input dim=4
+component name=a type=AffineComponent input-dim=8 output-dim=4
+component-node name=a component=a input=Append(Offset(input, -1), Offset(input, 1))
+component name=r type=RectifiedLinearComponent dim=4
+component-node name=r component=r input=a
+component name=e type=StatisticsExtractionComponent input-dim=4 input-period=1 output-period=3 include-variance=true
+component-node name=e component=e input=r
+component name=p type=StatisticsPoolingComponent input-dim=9 input-period=3 left-context=6 right-context=9 num-log-count-features=1 output-stddevs=true
+component-node name=p component=p input=e
+component name=b type=AffineComponent input-dim=13 output-dim=3
+component-node name=b component=b input=Append(Round(p, 3), r)
+output-node name=output input=b
+"""
+
+
+def test_window_components_every_case():
+    nnet = nnet_from_config(_STATS)
+    plan = make_jit_plan(nnet)
+    assert plan is not None and plan.has_ranges
+    outs = [Index(n, t, 0) for t in range(12) for n in range(2)]
+    for t0, t1 in ((-20, 40), (0, 12), (3, 5), (-1, 30)):
+        req = ComputationRequest(inputs=[IoSpecification("input", frames_of(t0, t1, 2))],
+                                 outputs=[IoSpecification("output", outs)])
+        assert _assert_same(nnet, req, f"input {t0}..{t1}"), "the compiled path did not run"
+    rng = random.Random(3)
+    for case in range(12):
+        ns = rng.sample(range(-3, 20), rng.randint(1, 3))
+        lo, hi = rng.randint(-15, 3), rng.randint(4, 30)
+        inputs = [IoSpecification("input", [Index(n, t, 0) for n in ns for t in range(lo, hi)
+                                            if rng.random() > 0.1])]
+        outputs = sorted({Index(n, rng.randint(-5, 25), 0) for n in ns
+                          for _ in range(rng.randint(1, 10))})
+        rng.shuffle(outputs)
+        req = ComputationRequest(inputs=inputs, outputs=[IoSpecification("output", outputs)])
+        _assert_same(nnet, req, f"random case {case}")
+
+
+def test_window_component_at_a_time_it_lacks():
+    """Round(p, 2) asks pooling (input-period 3) for odd multiples of 2: the
+    Python path raises the ConfigError; the compiled one must not answer."""
+    nnet = nnet_from_config(_STATS.replace("Round(p, 3)", "Round(p, 2)"))
+    req = ComputationRequest(inputs=[IoSpecification("input", frames_of(-20, 40, 1))],
+                             outputs=[IoSpecification("output", frames_of(0, 6, 1))])
+    b = ComputationGraphBuilder(nnet)
+    with pytest.raises(PynnetError, match="not a multiple of its input-period"):
+        b.compute(req)

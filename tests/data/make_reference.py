@@ -36,6 +36,12 @@ RANDOM = ["000", "002", "005", "006", "007", "009", "011", "016", "019", "020", 
 # truncation; chunking and looped decoding matter for recurrent networks) and
 # a TDNN with restricted attention and BatchNorm.
 SMALL = ["tdnn_xent_nnet3_wsj_1b", "tdnn_lstm_swbd_1e", "tdnn_attention_swbd_1a"]
+# Files of other recipe architectures (small/NAME: [files]): the x-vector
+# network with Kaldi's nnet3-xvector-compute outputs (tests/compute/test_xvector.py).
+SMALL_FILES = {"xvector_sre16_1a": ["1.raw", "extract.config", "feats_test.ark",
+                                    "feats_test_x2.ark", "xvector_X1.ark", "xvector_X2.ark",
+                                    "commands.txt", "log.xvector_X1.txt",
+                                    "log.xvector_X2.txt"]}
 # One training case: egs, merged minibatches, nnet3-train / compute-prob /
 # average / combine results.
 TRAIN = ["affine_xent"]
@@ -95,6 +101,10 @@ def main() -> None:
     for kind, names in (("random", RANDOM), ("small", SMALL), ("train", TRAIN)):
         for name in names:
             copy_tree(full / kind / name, OUT / kind / name)
+    for name, files in SMALL_FILES.items():
+        (OUT / "small" / name).mkdir()
+        for f in files:
+            shutil.copyfile(full / "small" / name / f, OUT / "small" / name / f)
     for name in ("README.md", "INDEX.tsv"):
         shutil.copy(full / "small" / name, OUT / "small" / name)
     shutil.copy(full / "train" / "README.md", OUT / "train" / "README.md")

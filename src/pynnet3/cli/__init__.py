@@ -49,4 +49,6 @@ BINARIES = {
     "nnet3-chain-compute-prob": "pynnet3.cli.chain_compute_prob:main",
     "nnet3-chain-combine": "pynnet3.cli.chain_combine:main",
     "nnet3-chain-compute-deriv": "pynnet3.cli.chain_compute_deriv:main",
+    "nnet3-xvector-compute": "pynnet3.cli.xvector_compute:main",
+    "nnet3-compute-batch": "pynnet3.cli.compute_batch:main",
 }

@@ -258,6 +258,12 @@ class ComputationGraphBuilder:
         """compute() by the vectorised path (bulk.py), if it applies."""
         if self._bulk_plan is None:
             self._bulk_plan = BulkPlan(self.nnet)
+        jit_plan = self._bulk_plan.jit_plan
+        if jit_plan is not None and jit_plan.has_ranges:
+            # A window component (statistics pooling) nearly always reaches
+            # input frames the request lacks, where the vectorised path gives
+            # up after building most of the graph: go to the exact one.
+            return False
         bulk = build_graph_bulk(self._bulk_plan, self.nnet, request, self._jit_from)
         if bulk is None:
             return False
@@ -279,7 +285,9 @@ class ComputationGraphBuilder:
                 self._jit_plan = make_jit_plan(self.nnet) or False
         if self._jit_plan is False:
             return False
-        if (sum(len(io.indexes) for io in chain(request.inputs, request.outputs))
+        # (A window component makes even a small request's graph large.)
+        if (not self._jit_plan.has_ranges
+                and sum(len(io.indexes) for io in chain(request.inputs, request.outputs))
                 < self._jit_from):
             return False      # (small: the definition, without compiling the Numba loop)
         jit = build_graph_jit(self._jit_plan, self.nnet, request)

@@ -67,7 +67,7 @@ from .cindex_index import CindexIndex
 from .computation_graph import GraphArrays
 from .jit_bulk import closure
 from .programs import (INT32_MAX, INT32_MIN, JitPlan, Unsupported, component_offsets,
-                       make_jit_plan, uses_default_hooks)
+                       component_range, make_jit_plan, uses_default_hooks)
 
 if TYPE_CHECKING:
     from ...nnet.nnet import Nnet
@@ -94,6 +94,9 @@ Term = Callable[[np.ndarray, np.ndarray, np.ndarray],
 Offset = tuple[int, int, int, int]
 
 KIND_INPUT, KIND_TERMS, KIND_GENERIC_COMPONENT, KIND_GENERIC_DESCRIPTOR = 0, 1, 2, 3
+# A window component (programs.component_range): its dependencies are
+# computed as arrays; on an all-computable graph it uses all of them.
+KIND_RANGE = 4
 
 
 def _wrap32(v: np.ndarray) -> np.ndarray:
@@ -195,6 +198,8 @@ class NodePlan:
     needs_time: bool = False
     all_used: bool = True
     hook: Any = None   # the Component or Descriptor asked per cindex
+    # KIND_RANGE: (modulus, offset, step, count, multiple).
+    window: tuple[int, int, int, int, int] | None = None
 
 
 class BulkPlan:
@@ -255,6 +260,9 @@ class BulkPlan:
         comp = nnet.component_for_node(n)
         offsets = component_offsets(comp)
         if offsets is None:
+            window = None if uses_default_hooks(comp) else component_range(comp)
+            if window is not None:
+                return NodePlan(KIND_RANGE, hook=comp, window=window)
             return NodePlan(KIND_GENERIC_COMPONENT, hook=comp)
         src = n - 1
         terms = []
@@ -334,6 +342,7 @@ def hooks_agree_computable(plan: BulkPlan, arrays: GraphArrays, misc_info: Any) 
     (all of) the graph; then, the graph being acyclic, everything is."""
     sets = NodeSets(arrays)
     for nd, p in enumerate(plan.plans):
+        # (A window component is computable when any input is; all are.)
         if p.kind not in (KIND_GENERIC_COMPONENT, KIND_GENERIC_DESCRIPTOR):
             continue
         sel = np.flatnonzero(arrays.node == nd)
@@ -485,8 +494,11 @@ class _Builder:
             for nd, pos in _group_by(node[others]):
                 pos = others[pos]
                 p = plan.plans[nd]
-                lists = None
-                if p.kind != KIND_TERMS:
+                lists: Any = None
+                if p.kind == KIND_RANGE:
+                    lists = _range_dependencies(nd, p, n[pos], t[pos], x[pos])
+                    counts[pos] = p.window[3]
+                elif p.kind != KIND_TERMS:
                     lists = self._generic_dependencies(nd, p, n[pos], t[pos], x[pos])
                     counts[pos] = [len(lst) for lst in lists]
                 slow.append((nd, pos, lists))
@@ -523,6 +535,9 @@ class _Builder:
                 for k, (fn, _) in enumerate(plan.plans[nd].terms):
                     dst = base_pos + k
                     e_node[dst], e_n[dst], e_t[dst], e_x[dst] = fn(pn, pt, px)
+            elif isinstance(lists, np.ndarray):      # a window: rows made as arrays
+                dst = _ragged_positions(starts[pos], counts[pos])
+                e_node[dst], e_n[dst], e_t[dst], e_x[dst] = lists.T
             else:
                 flat = list(chain.from_iterable(lists))
                 if flat:
@@ -593,6 +608,25 @@ class _Builder:
         except Exception as e:   # the exact algorithm decides what this means
             raise Fallback(f"hook raised {e!r}") from e
         return out
+
+
+def _range_dependencies(nd: int, p: NodePlan, n: np.ndarray, t: np.ndarray,
+                        x: np.ndarray) -> np.ndarray:
+    """A window component's dependencies, (node, n, t, x) rows, ``count``
+    per cindex in get_input_indexes() order."""
+    assert p.window is not None
+    modulus, offset, step, count, multiple = p.window
+    if (t % multiple != 0).any():
+        raise Fallback("window component asked for a time it does not have")
+    first = t - t % modulus + offset
+    times = first[:, None] + step * np.arange(count, dtype=_I64)[None, :]
+    _check_int32(times)
+    rows = np.empty((len(t), count, 4), dtype=_I64)
+    rows[:, :, 0] = nd - 1
+    rows[:, :, 1] = n[:, None]
+    rows[:, :, 2] = times
+    rows[:, :, 3] = x[:, None]
+    return rows.reshape(-1, 4)
 
 
 def build_graph_bulk(plan: BulkPlan, nnet: "Nnet", request: ComputationRequest,

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ...nnet.index import Index
-from .bulk import (KIND_INPUT, KIND_TERMS, BulkGraph, BulkPlan, Fallback, NodeSets,
+from .bulk import (KIND_INPUT, KIND_RANGE, KIND_TERMS, BulkGraph, BulkPlan, Fallback, NodeSets,
                    hook_is_computable)
 from .computation_graph import GraphArrays
 
@@ -45,7 +45,8 @@ def prune_bulk(plan: BulkPlan, bulk: BulkGraph, misc_info: Any) -> GraphArrays |
     replaced: dict[int, np.ndarray] = {}     # node -> new (parent, dep) edge rows
     sets: NodeSets | None = None
     for nd, p in enumerate(plan.plans):
-        if p.kind == KIND_INPUT or (p.kind == KIND_TERMS and p.all_used):
+        # (A window component uses every input that is there: here all are.)
+        if p.kind in (KIND_INPUT, KIND_RANGE) or (p.kind == KIND_TERMS and p.all_used):
             continue
         sel = np.flatnonzero((a.node == nd) & ~a.is_input)
         if not sel.size:

@@ -272,7 +272,7 @@ def closure(plan: Any, init: tuple[np.ndarray, ...], num_in: int, max_levels: in
     sizes)."""
     jp = plan.jit_plan
     node, n, t, x = init
-    if jp is None or not len(node):
+    if jp is None or not len(node) or jp.has_ranges:
         return None
     box = np.zeros(6, dtype=_I64)
     for j, col in enumerate((t, n, x)):

@@ -19,6 +19,10 @@ It applies when every node's dependencies can be written as small tables
 * component nodes whose component keeps the default index hooks (one input,
   the same Index) or declares plain offsets (get_input_index_offsets(), e.g.
   TdnnComponent: every listed input required);
+* component nodes whose component reads a window of its input (the
+  statistics components: programs.component_range): thousands of
+  dependencies, computable when any is; their computable / not-computable
+  inputs are counted as the states change, so deciding never rescans them;
 * descriptor nodes built from node names, ``Offset``, ``Round``,
   ``ReplaceIndex``, ``Switch`` (forwarding expressions, each giving one
   dependency "term") combined by ``Append``, ``Sum``, ``Failover``,
@@ -220,7 +224,7 @@ _ROOM = _MAX_TERMS
 @lazy_njit(cache=True, nogil=True)
 def _run(sc, max_distance, state, slots, queues, stack_c, stack_i, deps, raw, edge_src,
          edge_dst, edge_next, kind, needs_time, term_start, term_count, term_root, fwd,
-         switch_table, prog_start, prog_len, prog):
+         switch_table, prog_start, prog_len, prog, range_spec, room):
     """The iterations of BuildGraphOneIter until the queue is empty: OK,
     FALLBACK, LOOP, or _NEED_ROOM (before taking a cindex whose expansion
     might not fit; nothing is lost, call again after growing).
@@ -229,7 +233,7 @@ def _run(sc, max_distance, state, slots, queues, stack_c, stack_i, deps, raw, ed
     counting on every trip round the loops.
     """
     ok_stack = np.zeros(_MAX_TERMS * 2 + 8, dtype=np.bool_)
-    scratch = np.empty(_MAX_TERMS, dtype=np.int64)
+    scratch = np.empty(room, dtype=np.int64)
     count = sc[S_COUNT]
     num_deps = sc[S_NUM_DEPS]
     num_raw = sc[S_NUM_RAW]
@@ -244,10 +248,10 @@ def _run(sc, max_distance, state, slots, queues, stack_c, stack_i, deps, raw, ed
         cur_q = which
         nxt_q = 1 - which
         while num_cur > 0:
-            if (count + _ROOM > cap or num_raw + _ROOM > raw.shape[0]
-                    or num_deps + _ROOM > deps.shape[0]
-                    or num_edges + _ROOM > edge_src.shape[0]
-                    or 2 * (count + _ROOM) > slots.shape[0]):
+            if (count + room > cap or num_raw + room > raw.shape[0]
+                    or num_deps + room > deps.shape[0]
+                    or num_edges + room > edge_src.shape[0]
+                    or 2 * (count + room) > slots.shape[0]):
                 status = _NEED_ROOM
                 break
             num_cur -= 1
@@ -263,9 +267,28 @@ def _run(sc, max_distance, state, slots, queues, stack_c, stack_i, deps, raw, ed
                 raw_start = num_raw
                 n0, t0, x0 = state[cid, C_N], state[cid, C_T], state[cid, C_X]
                 failed = False
-                for k in range(term_count[nd]):
-                    ok, dnode, dn, dt, dx = _map_term(fwd, switch_table,
-                                                      term_root[term_start[nd] + k], n0, t0, x0)
+                first = 0
+                window = range_spec[nd, 0]
+                if window > 0:
+                    # A window component: times first + k * step.
+                    if t0 % range_spec[nd, 4] != 0:
+                        status = FALLBACK      # (get_input_indexes raises)
+                        break
+                    first = t0 - t0 % range_spec[nd, 1] + range_spec[nd, 2]
+                    if (first < INT32_MIN
+                            or first + (window - 1) * range_spec[nd, 3] > INT32_MAX):
+                        status = FALLBACK
+                        break
+                    num_terms = window
+                else:
+                    num_terms = term_count[nd]
+                for k in range(num_terms):
+                    if window > 0:
+                        ok, dnode, dn, dt, dx = (True, nd - 1, n0,
+                                                 first + k * range_spec[nd, 3], x0)
+                    else:
+                        ok, dnode, dn, dt, dx = _map_term(
+                            fwd, switch_table, term_root[term_start[nd] + k], n0, t0, x0)
                     if not ok:
                         failed = True
                         break
@@ -297,9 +320,13 @@ def _run(sc, max_distance, state, slots, queues, stack_c, stack_i, deps, raw, ed
                 if failed:
                     status = FALLBACK
                     break
-                # Sorted and unique (insertion sort: a handful of terms).
+                # Sorted and unique (insertion sort: a handful of terms; a
+                # window's thousands are distinct and are sorted).
                 nuniq = 0
-                for k in range(raw_start, num_raw):
+                if window > 0:
+                    nuniq = num_raw - raw_start
+                    scratch[:nuniq] = np.sort(raw[raw_start:num_raw])
+                for k in range(raw_start, num_raw if window == 0 else raw_start):
                     v = raw[k]
                     j = nuniq
                     while j > 0 and scratch[j - 1] > v:
@@ -314,8 +341,26 @@ def _run(sc, max_distance, state, slots, queues, stack_c, stack_i, deps, raw, ed
                 for k in range(nuniq):
                     deps[num_deps] = scratch[k]
                     num_deps += 1
-                state[cid, C_RAW_START] = raw_start
-                state[cid, C_RAW_LEN] = num_raw - raw_start
+                if window > 0:
+                    # A window needs no raw list (its inputs are distinct, and
+                    # it uses those that are there): its RAW columns count
+                    # its computable and not-computable inputs instead, kept
+                    # up to date as their states change, so that deciding its
+                    # own state does not mean scanning thousands of inputs.
+                    num_raw = raw_start
+                    n_ok = 0
+                    n_not = 0
+                    for k in range(dep_start, dep_start + nuniq):
+                        st = state[deps[k], C_COMP]
+                        if st == _COMPUTABLE:
+                            n_ok += 1
+                        elif st == _NOT_COMPUTABLE:
+                            n_not += 1
+                    state[cid, C_RAW_START] = n_ok
+                    state[cid, C_RAW_LEN] = n_not
+                else:
+                    state[cid, C_RAW_START] = raw_start
+                    state[cid, C_RAW_LEN] = num_raw - raw_start
                 state[cid, C_DEP_START] = dep_start
                 state[cid, C_DEP_LEN] = nuniq
                 # depend_on_this, and the usable counts of what it depends on.
@@ -370,6 +415,15 @@ def _run(sc, max_distance, state, slots, queues, stack_c, stack_i, deps, raw, ed
                     out = _COMPUTABLE if state[cid, C_IS_INPUT] != 0 else _NOT_COMPUTABLE
                 elif k == NK_DIM_RANGE:
                     out = state[raw[state[cid, C_RAW_START]], C_COMP]
+                elif range_spec[nd, 0] > 0:
+                    # A window component: computable when any input is (the
+                    # counts of computable / not-computable inputs).
+                    if state[cid, C_RAW_START] > 0:
+                        out = _COMPUTABLE
+                    elif state[cid, C_RAW_LEN] == state[cid, C_DEP_LEN]:
+                        out = _NOT_COMPUTABLE
+                    else:
+                        out = _UNKNOWN
                 else:
                     # The program, first counting only known-computable inputs
                     # (true: computable), then unknown ones too (false: not).
@@ -407,6 +461,11 @@ def _run(sc, max_distance, state, slots, queues, stack_c, stack_i, deps, raw, ed
                     e = state[cid, C_DOT_HEAD]
                     while e >= 0:
                         other = edge_src[e]
+                        if range_spec[state[other, C_NODE], 0] > 0:
+                            if out == _COMPUTABLE:
+                                state[other, C_RAW_START] += 1
+                            else:
+                                state[other, C_RAW_LEN] += 1
                         if state[other, C_COMP] == _UNKNOWN and state[other, C_QUEUED] == 0:
                             state[other, C_QUEUED] = 1
                             queues[nxt_q, num_nxt] = other
@@ -468,7 +527,8 @@ def _grow_queues(queues, need):
 
 @lazy_njit(cache=True, nogil=True)
 def _build(init_node, init_n, init_t, init_x, num_in, max_distance, kind, needs_time, term_start,
-           term_count, term_root, fwd, switch_table, prog_start, prog_len, prog):
+           term_count, term_root, fwd, switch_table, prog_start, prog_len, prog, range_spec,
+           room):
     """(status, count, distance, num_deps, num_raw, num_edges, state, deps, raw,
     edge_src, edge_dst): the arrays are valid up to count, num_deps, num_raw,
     num_edges.
@@ -480,7 +540,7 @@ def _build(init_node, init_n, init_t, init_x, num_in, max_distance, kind, needs_
     ``edge_src[k]`` was appended to depend_on_this of ``edge_dst[k]``.
     """
     num_init = init_node.shape[0]
-    cap = max(1024, 4 * num_init) + _ROOM
+    cap = max(1024, 4 * num_init) + room
     state = np.zeros((cap, NUM_COLS), dtype=np.int64)
     size = 4096
     while size < 4 * cap:
@@ -524,21 +584,21 @@ def _build(init_node, init_n, init_t, init_x, num_in, max_distance, kind, needs_
     while True:
         status = _run(sc, max_distance, state, slots, queues, stack_c, stack_i, deps, raw,
                       edge_src, edge_dst, edge_next, kind, needs_time, term_start, term_count,
-                      term_root, fwd, switch_table, prog_start, prog_len, prog)
+                      term_root, fwd, switch_table, prog_start, prog_len, prog, range_spec, room)
         if status != _NEED_ROOM:
             break
         count = sc[S_COUNT]
-        if count + _ROOM > state.shape[0]:
+        if count + room > state.shape[0]:
             cap = 2 * state.shape[0]
             state = _grow_rows(state, cap)
             queues = _grow_queues(queues, cap)
             stack_c = grow(stack_c, cap)
             stack_i = grow(stack_i, cap)
-        if 2 * (count + _ROOM) > slots.shape[0]:
+        if 2 * (count + room) > slots.shape[0]:
             slots = _rehash(state, count, 4 * slots.shape[0])
-        deps = grow(deps, sc[S_NUM_DEPS] + _ROOM)
-        raw = grow(raw, sc[S_NUM_RAW] + _ROOM)
-        need = sc[S_NUM_EDGES] + _ROOM
+        deps = grow(deps, sc[S_NUM_DEPS] + room)
+        raw = grow(raw, sc[S_NUM_RAW] + room)
+        need = sc[S_NUM_EDGES] + room
         edge_src = grow(edge_src, need)
         edge_dst = grow(edge_dst, need)
         edge_next = grow(edge_next, need)
@@ -551,7 +611,7 @@ def _build(init_node, init_n, init_t, init_x, num_in, max_distance, kind, needs_
 # -- Prune ------------------------------------------------------------------------------------
 
 @lazy_njit(cache=True, nogil=True)
-def _prune(state, deps, raw, kind, is_output, prog_start, prog_len, prog):
+def _prune(state, deps, raw, kind, is_output, prog_start, prog_len, prog, range_spec):
     """Kaldi's Prune() of a first segment: (status, keep, dep_offsets, dep_flat,
     flat length), the dependencies renumbered to the kept cindexes."""
     count = state.shape[0]
@@ -597,6 +657,15 @@ def _prune(state, deps, raw, kind, is_output, prog_start, prog_len, prog):
             for k in range(nuniq):
                 flat[pos] = scratch[k]
                 pos += 1
+        elif range_spec[nd, 0] > 0:
+            # A window component uses the inputs that are there.
+            first_pos = pos
+            for k in range(state[c, C_DEP_START], state[c, C_DEP_START] + state[c, C_DEP_LEN]):
+                if state[deps[k], C_COMP] == _COMPUTABLE:
+                    flat[pos] = deps[k]
+                    pos += 1
+            if pos == first_pos:
+                return PRUNE_ERROR, keep, start, flat, 0
         else:
             # Components (every input required), dim-range nodes: all used.
             for k in range(state[c, C_DEP_START], state[c, C_DEP_START] + state[c, C_DEP_LEN]):
@@ -724,7 +793,8 @@ class JitGraph:
         """The pruned graph as GraphArrays, or None where Prune() would fail."""
         p = self.plan
         status, keep, offsets, flat, num_flat = _prune(self.state, self.deps, self.raw, p.kind,
-                                             p.is_output, p.prog_start, p.prog_len, p.prog)
+                                             p.is_output, p.prog_start, p.prog_len, p.prog,
+                                             p.range_spec)
         if status != OK:
             return None
         s = self.state[keep]
@@ -767,7 +837,7 @@ def build_graph_jit(plan: JitPlan, nnet: "Nnet", request: Any,
         np.ascontiguousarray(rows[:, 2]), num_in, max_distance, plan.kind, plan.needs_time,
         plan.term_start,
         plan.term_count, plan.term_root, plan.fwd, plan.switch_table, plan.prog_start,
-        plan.prog_len, plan.prog)
+        plan.prog_len, plan.prog, plan.range_spec, plan.max_deps)
     if status != OK:
         return None
     return JitGraph(plan, num_in, num_out, distance, state[:count], deps[:num_deps],

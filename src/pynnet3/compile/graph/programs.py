@@ -17,8 +17,12 @@ accelerations of :mod:`.builder`) skip asking them per cindex:
   terms (``P_*``: TERM k, CONST, IFDEF, AND for Append/Sum and required
   component inputs, FAILOVER); only jit_exact needs that.
 
+Window components (the statistics components: a range of input times per
+output, computable when any is there; :func:`component_range`) are one
+more row kind, read by jit_exact only.
+
 Networks with a node beyond these tables (a component with its own index
-hooks other than plain offsets, an unknown descriptor type, more than 64
+hooks other than plain offsets or a window, an unknown descriptor type, more than 64
 terms) get no plan, and :mod:`.bulk`'s NumPy code or the reference builds
 their graphs.
 """
@@ -90,6 +94,24 @@ def component_offsets(comp: Component) -> list[tuple[int, int, int]] | None:
     return None if offsets is None else [tuple(int(v) for v in o) for o in offsets]
 
 
+def component_range(comp: Component) -> tuple[int, int, int, int, int] | None:
+    """(modulus, offset, step, count, multiple) if the component reads a
+    window of its input (see Component.get_input_index_range), else None."""
+    cls = type(comp)
+    owner = _defining_class(cls, "get_input_index_range")
+    if (owner is None or owner is Component
+            or _defining_class(cls, "get_input_indexes") is not owner
+            or _defining_class(cls, "is_computable") is not owner):
+        return None
+    spec = comp.get_input_index_range()
+    if spec is None:
+        return None
+    modulus, offset, step, count, multiple = (int(v) for v in spec)
+    if modulus < 1 or step < 1 or count < 1 or multiple < 1:
+        return None
+    return modulus, offset, step, count, multiple
+
+
 def analyse_descriptor(desc: Any) -> tuple[bool, list | None]:
     """(all_required, offsets) for a Descriptor.
 
@@ -151,6 +173,19 @@ class JitPlan(NamedTuple):
     prog_start: np.ndarray    # each node's computability program in prog
     prog_len: np.ndarray
     prog: np.ndarray          # (ops, 2)
+    # Window components (component_range): per node (count, modulus, offset,
+    # step, multiple), count 0 for other nodes.  Such a node has no terms;
+    # its count dependencies are computed, and it is computable when any is.
+    range_spec: np.ndarray
+
+    @property
+    def has_ranges(self) -> bool:
+        return bool(self.range_spec[:, 0].any())
+
+    @property
+    def max_deps(self) -> int:
+        """The most dependencies one cindex can have."""
+        return max(MAX_TERMS, int(self.range_spec[:, 0].max(initial=0)))
 
 
 class Unsupported(Exception):
@@ -228,6 +263,7 @@ def make_jit_plan(nnet: "Nnet") -> JitPlan | None:
     term_count = np.zeros(num_nodes, dtype=_I64)
     prog_start = np.zeros(num_nodes, dtype=_I64)
     prog_len = np.zeros(num_nodes, dtype=_I64)
+    range_spec = np.zeros((num_nodes, 5), dtype=_I64)
     term_root: list[int] = []
     prog: list[tuple[int, int]] = []
     try:
@@ -244,8 +280,12 @@ def make_jit_plan(nnet: "Nnet") -> JitPlan | None:
             elif nt is NodeType.COMPONENT:
                 kind[n] = NK_COMPONENT
                 comp = nnet.component_for_node(n)
+                window = None if uses_default_hooks(comp) else component_range(comp)
                 if uses_default_hooks(comp):
                     terms.append(pb._row(OP_NODE, n - 1))
+                elif window is not None:
+                    modulus, offset, step, count, multiple = window
+                    range_spec[n] = (count, modulus, offset, step, multiple)
                 else:
                     offsets = component_offsets(comp)
                     if offsets is None:
@@ -284,4 +324,5 @@ def make_jit_plan(nnet: "Nnet") -> JitPlan | None:
     return JitPlan(kind, is_output, needs_time, term_start, term_count,
                    np.array(term_root, dtype=_I64), fwd,
                    np.array(pb.switch, dtype=_I64),
-                   prog_start, prog_len, np.array(prog, dtype=_I64).reshape(-1, 2))
+                   prog_start, prog_len, np.array(prog, dtype=_I64).reshape(-1, 2),
+                   range_spec)

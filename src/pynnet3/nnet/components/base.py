@@ -383,6 +383,22 @@ class Component:
         """
         return None
 
+    def get_input_index_range(self) -> tuple[int, int, int, int, int] | None:
+        """get_input_indexes() and is_computable() in bulk form for
+        components that read a window of their input (the statistics
+        components), for the accelerated graph builders.
+
+        Return ``(modulus, offset, step, count, multiple)`` only if, for an
+        output Index (n, t, x) with ``t % multiple == 0``, get_input_indexes()
+        lists (n, s, x) for ``s = t - t % modulus + offset + k * step``,
+        ``k = 0 .. count - 1`` (in this order), and is_computable() is true
+        exactly when at least one of them is available, using those that are
+        (a ``t`` that is not a multiple of ``multiple`` makes
+        get_input_indexes() raise).  Trusted only when the same class defines
+        the three methods.
+        """
+        return None
+
     def precompute_indexes(self, misc_info: Any, input_indexes: list[tuple],
                            output_indexes: list[tuple], need_backprop: bool) -> Any:
         return None

@@ -209,6 +209,11 @@ class StatisticsExtractionComponent(Component):
                            _indexes_at_times(n, self._input_ts(t), x)))
         return bool(used), used
 
+    def get_input_index_range(self) -> tuple[int, int, int, int, int]:
+        # The block of output-period frames that t falls in, every input-period.
+        return (self.output_period, 0, self.input_period,
+                len(range(0, self.output_period, self.input_period)), 1)
+
     def reorder_indexes(self, input_indexes: list, output_indexes: list) -> tuple[list, list]:
         return sort_nxt(input_indexes), sort_nxt(output_indexes)
 
@@ -477,6 +482,12 @@ class StatisticsPoolingComponent(Component):
         used = list(filter(input_index_set.__contains__,
                            _indexes_at_times(n, self._input_ts(t), x)))
         return bool(used), used
+
+    def get_input_index_range(self) -> tuple[int, int, int, int, int]:
+        # [t - left-context, t + right-context] every input-period; outputs
+        # only at multiples of the input period.
+        return (1, -self.left_context, self.input_period,
+                len(self._input_ts(0)), self.input_period)
 
     def reorder_indexes(self, input_indexes: list, output_indexes: list) -> tuple[list, list]:
         return sort_nxt(input_indexes), sort_nxt(output_indexes)
