@@ -261,3 +261,19 @@ def test_get_egs_forced_chunks_carry_their_sizes(tmp_path):
     ok(run("nnet3-chain-get-egs", "--srand=11", f"--chunk-starts=ark:{tmp_path}/a.ark", *common,
            f"ark:{tmp_path}/b.ark"))
     assert (tmp_path / "b.ark").read_bytes() == (tmp_path / "a.ark").read_bytes()
+
+
+def test_copy_truncate_deriv_weights(tmp_path):
+    """--truncate-deriv-weights=2 (Kaldi's earlier option): the first and last
+    two output frames get weight 0, the rest keep theirs."""
+    ok(run("nnet3-chain-copy-egs", "--truncate-deriv-weights=2", f"ark:{GOLDEN}/merged_0.ark",
+           f"ark:{tmp_path}/t.ark"))
+    (_, src), = read_egs(GOLDEN / "merged_0.ark")
+    (_, eg), = read_egs(tmp_path / "t.ark")
+    want = src.outputs[0].deriv_weights.reshape(10, 32).copy()
+    want[:2] = 0
+    want[-2:] = 0
+    assert np.array_equal(eg.outputs[0].deriv_weights, want.reshape(-1))
+    p = run("nnet3-chain-copy-egs", "--truncate-deriv-weights=5", f"ark:{GOLDEN}/merged_0.ark",
+            f"ark:{tmp_path}/t2.ark")
+    assert p.returncode != 0

@@ -24,7 +24,8 @@ nnet3-chain-copy-egs ark:train.cegs ark:1.cegs ark:2.cegs"""
 
 @kaldi_command(USAGE)
 @register_options(ChainCopyEgsOptions, names=(
-    "random", "keep_proportion", "srand", "frame_shift", "left_context", "right_context",
+    "random", "keep_proportion", "srand", "frame_shift", "truncate_deriv_weights",
+    "left_context", "right_context",
     "weights_rspecifier", "outputs_rspecifier"))
 @click.argument("args", nargs=-1)
 def command(args: tuple[str, ...], **kw: Any) -> None:

@@ -159,3 +159,14 @@ def test_errors_name_the_problem(tmp_path):
         _read(tmp_path / "bad.ark", SUPERVISION_HOLDER)
     with pytest.raises(FormatError):
         F.read_fst(b"\x00" * 40)
+
+
+def test_from_kaldifst_keeping_openfst_properties():
+    """An FST read (or made) by kaldifst, converted with keep_properties, is
+    written with the property word OpenFst writes: Kaldi's den.fst exactly."""
+    import kaldifst
+
+    kf = kaldifst.StdVectorFst.read(str(GOLDEN / "den.fst"))
+    f = F.from_kaldifst(kf, keep_properties=True)
+    assert F.write_vector_fst(f) == (GOLDEN / "den.fst").read_bytes()
+    assert F.from_kaldifst(kf).properties is None

@@ -55,6 +55,10 @@ class ChainCopyEgsOptions:
         "flag": "frame-shift", "help": "Allows you to shift time values in the supervision data "
         "(excluding iVector data) - useful in augmenting data.  Note, the outputs will remain "
         "at the closest exact multiples of the frame subsampling factor"})
+    # (an option of Kaldi's earlier nnet3-chain-copy-egs, kept for old recipes)
+    truncate_deriv_weights: int = field(default=0, metadata={
+        "flag": "truncate-deriv-weights", "help": "If nonzero, the number of initial/final "
+        "subsample frames that will have their derivatives' weights set to zero."})
     left_context: int = field(default=-1, metadata={
         "flag": "left-context", "help": "Can be used to truncate the feature left-context that "
         "we output."})
@@ -69,6 +73,22 @@ class ChainCopyEgsOptions:
         "flag": "outputs", "help": "Rspecifier indexed by the key of egs, providing a "
         "string-valued output name, e.g. 'output-0'.  If provided, the NnetIo with name "
         "'output' will be renamed to the provided name. Used in multilingual training."})
+
+
+def truncate_deriv_weights(truncate: int, eg: NnetChainExample) -> None:
+    """Kaldi's TruncateDerivWeights: zero the deriv weights of the first and
+    last ``truncate`` frames of every sequence (all ones first if absent)."""
+    for sup in eg.outputs:
+        n_seq = sup.supervision.num_sequences
+        fps = sup.supervision.frames_per_sequence
+        if not 2 * truncate < fps:
+            raise ConfigError(f"--truncate-deriv-weights={truncate} too large for "
+                              f"{fps} frames per sequence")
+        dw = (sup.deriv_weights.copy() if sup.deriv_weights.shape[0]
+              else np.ones(sup.indexes.shape[0], np.float32))
+        dw[:truncate * n_seq] = 0.0
+        dw[(fps - truncate) * n_seq:] = 0.0
+        sup.deriv_weights = dw
 
 
 def _frame_subsampling_factor(indexes: np.ndarray) -> int:
@@ -219,6 +239,8 @@ def copy_chain_egs(egs_rspecifier: str, egs_wspecifiers: Sequence[str],
                     shift_chain_example_times(opts.frame_shift, ["ivector"], eg)
                 if opts.left_context != -1 or opts.right_context != -1:
                     modifier.modify(eg)
+                if opts.truncate_deriv_weights != 0:
+                    truncate_deriv_weights(opts.truncate_deriv_weights, eg)
                 for _ in range(count):
                     index = (rand.rand() if opts.random else num_written) % len(writers)
                     writers[index].write(key, eg)
@@ -606,4 +628,5 @@ def get_chain_egs(normalization_fst_rxfilename: str, feature_rspecifier: str,
 __all__ = ["ChainCopyEgsOptions", "copy_chain_egs", "merge_chain_egs", "shuffle_chain_egs",
            "subset_chain_egs", "normalize_chain_egs", "ChainGetEgsOptions", "get_chain_egs",
            "process_chain_utterance", "chain_chunk_starts_from_keys", "shift_chain_example_times",
+           "truncate_deriv_weights",
            "read_normalization_fst", "Fst"]

@@ -22,7 +22,7 @@ from ... import log
 from ...errors import FormatError
 from ...io.kaldi_io import KaldiReader, KaldiWriter
 from .fst import (Fst, concat_into, from_kaldifst, fst_from_text_lines, fst_to_text, read_fst,
-                  sort_breadth_first, to_kaldifst, write_compact_acceptor)
+                  sort_breadth_first, to_kaldifst, to_kaldifst_fast, write_compact_acceptor)
 
 # Kaldi's kSupervisionMaxStates (chain-supervision.cc).
 SUPERVISION_MAX_STATES = 200000
@@ -366,10 +366,13 @@ def merge_supervision(inputs: list[Supervision]) -> Supervision:
 
 
 def rm_epsilon(fst: Fst) -> Fst:
-    """OpenFst's RmEpsilon (through kaldifst)."""
+    """OpenFst's RmEpsilon (through kaldifst) of an acyclic FST.  For acyclic
+    FSTs its result does not depend on the stored properties (they only pick
+    the order in which states are processed, always a reverse topological
+    one), so the fast conversion is safe here."""
     import kaldifst
 
-    kf = to_kaldifst(fst)
+    kf = to_kaldifst_fast(fst)
     kaldifst.rmepsilon(kf)
     return from_kaldifst(kf)
 
