@@ -22,6 +22,14 @@ Rows, for each ``--threads`` value (OPENBLAS/OMP/MKL/NUMBA threads):
   minibatch on the network outputs of the reference deriv.0.ark's shape,
   frames/s, best of runs.
 
+Measured 2026-11-26 on the 2-core dev machine at load average ~14 (eight
+sessions), Kaldi not yet built: 1 thread 6,154 frames/s (wall 2.6 s, cpu
+1.3 s for 16,000 frames); 2 threads 163 frames/s (wall 98 s, cpu 38 s): with
+the cores oversubscribed, OpenBLAS's second thread turns each small GEMM of
+this 64-unit network into a scheduler wait (OPENBLAS_NUM_THREADS=2 alone
+reproduces it; NUMBA/OMP threads do not); the objective alone ~150,000
+frames/s.
+
 Usage:  python bench/chain.py [--repeat 20] [--runs 3] [--threads 1,2]
             [--kaldi-root DIR | --no-kaldi] [--keep DIR]
 """
