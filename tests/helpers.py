@@ -139,3 +139,43 @@ def run_binary(name: str, *args: str) -> int:
         return run(module.command, name, list(args))
     finally:
         log.set_verbose(0)
+
+
+def fst_isomorphic(a, b, tol: float = 1e-5) -> bool:
+    """True if two pynnet3.train.chain.fst.Fst are the same graph up to state
+    numbering and arc order: states paired from the start states along arcs
+    with equal labels and weights within ``tol`` (final weights too).  Arcs
+    are paired greedily, which is exact for FSTs without two arcs of a state
+    having the same labels and weight (as den.fst)."""
+    import numpy as np
+
+    if a.num_states != b.num_states or a.num_arcs != b.num_arcs:
+        return False
+    pair = {a.start: b.start}
+    queue = [a.start]
+    while queue:
+        s = queue.pop()
+        t = pair[s]
+        fa, fb = float(a.final[s]), float(b.final[t])
+        if (fa == np.inf) != (fb == np.inf) or (fa != np.inf and abs(fa - fb) > tol):
+            return False
+        arcs_a = range(int(a.arc_begin[s]), int(a.arc_begin[s + 1]))
+        arcs_b = list(range(int(b.arc_begin[t]), int(b.arc_begin[t + 1])))
+        if len(arcs_a) != len(arcs_b):
+            return False
+        used: set[int] = set()
+        for i in arcs_a:
+            cands = [j for j in arcs_b if j not in used and b.ilabel[j] == a.ilabel[i]
+                     and b.olabel[j] == a.olabel[i] and abs(b.weight[j] - a.weight[i]) <= tol]
+            if not cands:
+                return False
+            j = cands[0]
+            used.add(j)
+            ns, nt = int(a.nextstate[i]), int(b.nextstate[j])
+            if ns in pair:
+                if pair[ns] != nt:
+                    return False
+            else:
+                pair[ns] = nt
+                queue.append(ns)
+    return len(pair) == a.num_states and len(set(pair.values())) == len(pair)

@@ -173,3 +173,21 @@ def test_minibatch_size_and_cpu_backends(case: dict[str, Path]) -> None:
     p = run("nnet3-compute", "--minibatch-size=0", str(src / "1.raw"),
             f"ark:{src}/feats_test.ark", "ark:/dev/null", cache=case["cache"], cwd=work)
     assert p.returncode == 1 and "--minibatch-size must be >= 1" in p.stderr.decode()
+
+
+def test_num_threads_gives_the_same_output(case: dict[str, Path]) -> None:
+    """Utterances computed by two worker threads are written in input order,
+    equal to one thread's (and to Kaldi's)."""
+    src, work = case["src"], case["work"]
+    outs = {}
+    for n in ("1", "2"):
+        p = run("nnet3-compute", f"--num-threads={n}", f"--ivectors=ark:{src}/ivectors_test.ark",
+                str(src / "1.raw"), f"ark:{src}/feats_test.ark", f"ark:out_threads{n}.ark",
+                cache=case["cache"], cwd=work)
+        assert p.returncode == 0, p.stderr.decode()
+        assert "Done 3 utterances, failed for 0" in p.stderr.decode()
+        outs[n] = (work / f"out_threads{n}.ark").read_bytes()
+    ref = load(src / "out_a.ark")
+    assert list(load(outs["2"])) == list(ref)          # input order
+    assert_tables_close(load(outs["2"]), ref)
+    assert_tables_close(load(outs["2"]), load(outs["1"]), rtol=1e-6, atol=1e-6)

@@ -44,7 +44,12 @@ Note: this program does not currently make very efficient use of the GPU."""
               show_default=True, help="(pynnet3) How to compute on the CPU: numpy (NumPy and "
               "its BLAS only) or numba (the Numba backend's kernels for the row operations, "
               "faster on large row copies; loading them costs about 0.7 s at start-up).")
-@register_options(Nnet3ComputeConfig, names=("minibatch_size",))
+@register_options(Nnet3ComputeConfig, names=("minibatch_size", "kaldi_chunks"))
+@click.option("--num-threads", type=int, default=0, show_default=True,
+              help="(pynnet3) Threads to use: that many utterances are computed at once, each "
+              "with single-threaded BLAS.  0: the smallest of OMP_NUM_THREADS, "
+              "OPENBLAS_NUM_THREADS, MKL_NUM_THREADS and NUMBA_NUM_THREADS where set, else "
+              "the cores available to the process.")
 @click.argument("args", nargs=-1)
 def command(args: tuple[str, ...], **kw: Any) -> None:
     check_num_args(args, (3,))
@@ -53,6 +58,7 @@ def command(args: tuple[str, ...], **kw: Any) -> None:
     from ..compute.backend import select_compute_backend
     from ..compute.utterances import nnet3_compute
     from ..io.table import classify_wspecifier
+    from ..threads import resolve_num_threads, use_blas_threads
     from .progress import Progress, progress_wanted
 
     opts = options_from(
@@ -62,7 +68,10 @@ def command(args: tuple[str, ...], **kw: Any) -> None:
     config = options_from(
         Nnet3ComputeConfig, kw, opts=opts,
         backend=select_compute_backend(kw.pop("use_gpu"), kw.pop("cpu_backend")),
-        cache_dir=kw.pop("cache_dir") or None, use_disk_cache=kw.pop("use_disk_cache"))
+        cache_dir=kw.pop("cache_dir") or None, use_disk_cache=kw.pop("use_disk_cache"),
+        num_threads=resolve_num_threads(kw.pop("num_threads")))
+    # The thread budget goes to utterances, not to BLAS: see pynnet3/threads.py.
+    use_blas_threads(1)
     bar = (Progress("nnet3-compute", unit="frames", enabled=True)
            if progress_wanted(classify_wspecifier(args[2])[1]) else None)
     try:

@@ -20,10 +20,28 @@ Chunks of the same shape (all but the first and last of an utterance, as a
 rule) are batched together; a group of ``k`` chunks is split into batches
 of ``max_chunks``, ``max_chunks / 2``, ... 1 chunks (greedily, no padding),
 so that utterances of any length need only a few distinct computations.
+
+Longer pieces (pynnet3's default for networks where it is exact).  Each of
+Kaldi's chunks recomputes the network's left and right context: for the
+vosk TDNN-F, 34 + 34 input frames around every 51, so 5.37 MFLOP per frame
+where the whole utterance needs 3.04.  When the output at frame t depends
+only on the input frames t + (fixed offsets) - no recurrence, no statistics
+over the chunk, no IfDefined/Failover (which ask what the chunk holds), no
+ReplaceIndex but the iVector's, every component one of
+:data:`CHUNK_FREE_COMPONENTS` (in test mode) - then any cut of the utterance
+gives the same outputs, provided every piece reads the same edge-padded
+input frames (the first and last frame repeated, as Kaldi pads its first and
+last chunk) and the same iVector.  :func:`chunking_free` decides it from the
+network; :func:`plan_pieces` cuts an utterance into pieces of a power of
+two chunks (at most ``max_chunks``; the last may overlap the one before
+it and ends at the utterance's end) or Kaldi's own last, shorter chunk; so
+a run needs few distinct computations, and each computes its context once.  Online
+iVectors (one per chunk) and ``kaldi_chunks=True`` keep Kaldi's chunks.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -36,7 +54,25 @@ from .computer import NnetComputer
 if TYPE_CHECKING:
     from .decodable import ChunkInputs, DecodableNnetSimple
 
-__all__ = ["ChunkBatchComputer", "batch_sizes", "multi_chunk_request"]
+__all__ = ["ChunkBatchComputer", "batch_sizes", "multi_chunk_request", "chunking_free",
+           "plan_pieces", "CHUNK_FREE_COMPONENTS"]
+
+# Components whose output row for frame t is a function of their input rows
+# at t + fixed offsets (in test mode), whatever else the computation holds.
+CHUNK_FREE_COMPONENTS = frozenset({
+    "AffineComponent", "NaturalGradientAffineComponent", "LinearComponent",
+    "FixedAffineComponent", "BlockAffineComponent", "RepeatedAffineComponent",
+    "NaturalGradientRepeatedAffineComponent", "TdnnComponent",
+    "TimeHeightConvolutionComponent", "ConvolutionComponent", "MaxpoolingComponent",
+    "SigmoidComponent", "TanhComponent", "RectifiedLinearComponent", "SoftmaxComponent",
+    "LogSoftmaxComponent", "PnormComponent", "NormalizeComponent", "BatchNormComponent",
+    "PerElementScaleComponent", "NaturalGradientPerElementScaleComponent",
+    "PerElementOffsetComponent", "ScaleAndOffsetComponent", "ElementwiseProductComponent",
+    "NoOpComponent", "SumGroupComponent", "SumBlockComponent", "PermuteComponent",
+    "FixedScaleComponent", "FixedBiasComponent", "ClipGradientComponent",
+    "BackpropTruncationComponent", "DropoutComponent", "GeneralDropoutComponent",
+    "SpecAugmentTimeMaskComponent", "CompositeComponent",
+})
 
 
 class ChunkShape(NamedTuple):
@@ -83,26 +119,168 @@ def multi_chunk_request(shape: ChunkShape, num_chunks: int,
                               store_component_stats=False)
 
 
+def _descriptor_reason(nnet: Any, descriptor: Any) -> str | None:
+    """Why a node's Descriptor makes outputs depend on the chunking, or None."""
+    from ..nnet.descriptor import (BinarySumDescriptor, OptionalSumDescriptor,
+                                   ReplaceIndexForwardingDescriptor, SimpleForwardingDescriptor)
+
+    stack: list[Any] = list(descriptor.parts)
+    while stack:
+        d = stack.pop()
+        if isinstance(d, OptionalSumDescriptor):
+            return "IfDefined() in a Descriptor"
+        if isinstance(d, BinarySumDescriptor) and d.op == BinarySumDescriptor.FAILOVER:
+            return "Failover() in a Descriptor"
+        if isinstance(d, ReplaceIndexForwardingDescriptor):
+            inner = d.src
+            # ReplaceIndex(ivector, t, 0): the chunk's iVector, the same for
+            # every piece when there is one iVector per utterance.
+            if not (d.variable_name == "t" and isinstance(inner, SimpleForwardingDescriptor)
+                    and nnet.is_input_node(inner.src_node)):
+                return "ReplaceIndex() of a computed node"
+        for name in ("src", "src1", "src2"):
+            child = getattr(d, name, None)
+            if isinstance(child, list):
+                stack.extend(child)
+            elif child is not None:
+                stack.append(child)
+    return None
+
+
+def _component_reason(comp: Any) -> str | None:
+    name = comp.type_name
+    if name not in CHUNK_FREE_COMPONENTS:
+        return f"component type {name}"
+    if getattr(comp, "test_mode", True) is False:
+        return f"{name} not in test mode"
+    if not all(getattr(comp, "time_offset_required", ())):
+        # Optional time offsets (a TimeHeightConvolution's zero padding in
+        # time) are used where the chunk has the frames: chunk edges count.
+        return f"{name} with optional time offsets"
+    for sub in getattr(comp, "components", None) or []:
+        reason = _component_reason(sub)
+        if reason is not None:
+            return reason
+    return None
+
+
+def chunking_free(nnet: Any) -> str | None:
+    """None when the network's outputs do not depend on how an utterance is
+    cut into chunks (see the module docstring), else the reason they may."""
+    from ..nnet.graph import graph_has_cycles, nnet_to_directed_graph
+
+    if graph_has_cycles(nnet_to_directed_graph(nnet)):
+        return "recurrent network"
+    for n in range(nnet.num_nodes()):
+        if nnet.is_descriptor_node(n):
+            reason = _descriptor_reason(nnet, nnet.nodes[n].descriptor)
+            if reason is not None:
+                return f"{reason} (node {nnet.node_names[n]})"
+    for c in range(nnet.num_components()):
+        reason = _component_reason(nnet.get_component(c))
+        if reason is not None:
+            return reason
+    return None
+
+
+def _tail_pieces(start: int, num_frames: int, frames_per_chunk: int,
+                 max_chunks: int) -> list[tuple[int, int]]:
+    """Frames [start, start + num_frames) in whole chunks, max_chunks,
+    max_chunks / 2, ... 1 of them a piece, then Kaldi's last shorter chunk
+    (joined to a one-chunk piece just before it)."""
+    full, rest = divmod(num_frames, frames_per_chunk)
+    pieces = []
+    for size in batch_sizes(full, max_chunks):
+        pieces.append((start, size * frames_per_chunk))
+        start += size * frames_per_chunk
+    if rest:
+        if pieces and pieces[-1][1] == frames_per_chunk:
+            pieces[-1] = (pieces[-1][0], frames_per_chunk + rest)
+        else:
+            pieces.append((start, rest))
+    return pieces
+
+
+def plan_pieces(num_frames: int, frames_per_chunk: int, max_chunks: int,
+                align: int = 1) -> list[tuple[int, int]]:
+    """(first output frame, number of output frames) of the pieces an
+    utterance of ``num_frames`` (subsampled) output frames is computed in,
+    ``frames_per_chunk`` (subsampled) per chunk: pieces of max_chunks chunks
+    while they fit; the rest either as one piece of a power of two chunks
+    that ends at the utterance's end (overlapping the piece before it; only
+    where its first frame is a multiple of ``align``, so that the network's
+    time modulus is respected) or in pieces of whole chunks, max_chunks / 2,
+    ... 1 of them, and Kaldi's last shorter chunk, whichever costs fewer
+    frames, counting a chunk's worth of frames per piece for its context.
+    Piece sizes are a power of two of chunks or Kaldi's last chunk (plus
+    one chunk), so utterances of any length share a few computations."""
+    if num_frames <= 0:
+        return []
+    max_frames = max_chunks * frames_per_chunk
+    pieces = []
+    start = 0
+    while num_frames - start >= max_frames:
+        pieces.append((start, max_frames))
+        start += max_frames
+    rest = num_frames - start
+    if rest == 0:
+        return pieces
+    tail = _tail_pieces(start, rest, frames_per_chunk, max_chunks)
+    chunks = 1
+    while chunks * frames_per_chunk < rest:
+        chunks *= 2
+    size = chunks * frames_per_chunk
+    if (len(tail) > 1 and chunks <= max_chunks and size <= num_frames
+            and (num_frames - size) % align == 0
+            and size + frames_per_chunk < rest + frames_per_chunk * len(tail)):
+        pieces.append((num_frames - size, size))
+    else:
+        pieces.extend(tail)
+    return pieces
+
+
 class ChunkBatchComputer:
     """Computes all the chunks of an utterance, ``max_chunks`` at most in
     one computation.  One object serves a whole run: it keeps the requests
     it has built (the compiler keeps their computations)."""
 
-    def __init__(self, max_chunks: int) -> None:
+    def __init__(self, max_chunks: int, kaldi_chunks: bool = False) -> None:
         if max_chunks < 1:
             raise ConfigError(f"the number of chunks per batch must be >= 1, got {max_chunks}")
         self.max_chunks = max_chunks
+        self.kaldi_chunks = kaldi_chunks
         self._requests: dict[tuple[ChunkShape, int, int], ComputationRequest] = {}
+        self._chunking_free: dict[int, tuple[Any, str | None]] = {}
+
+    def uses_pieces(self, decodable: "DecodableNnetSimple") -> bool:
+        """Whether this utterance is computed in longer pieces than Kaldi's
+        chunks (exact for its network; one iVector per utterance or none)."""
+        if self.kaldi_chunks or decodable.online_ivector_feats is not None:
+            return False
+        nnet = decodable.nnet
+        entry = self._chunking_free.get(id(nnet))
+        if entry is None or entry[0] is not nnet:
+            entry = (nnet, chunking_free(nnet))
+            self._chunking_free[id(nnet)] = entry
+        return entry[1] is None
 
     def get_all_output(self, decodable: "DecodableNnetSimple") -> np.ndarray:
         """What ``decodable.get_all_output()`` returns, the chunks computed in
-        batches."""
+        batches (or, where exact, the utterance in longer pieces)."""
         chunks: list[tuple[int, ChunkInputs]] = []
-        t = 0
-        while t < decodable.num_frames():
-            chunk = decodable.chunk_inputs(t)
-            chunks.append((t, chunk))
-            t += chunk.num_subsampled_frames
+        if self.uses_pieces(decodable):
+            fss = decodable.opts.frame_subsampling_factor
+            spc = decodable.opts.frames_per_chunk // fss
+            # Pieces start at multiples of the network's time modulus.
+            align = math.lcm(fss, decodable.nnet.modulus()) // fss
+            for start, num in plan_pieces(decodable.num_frames(), spc, self.max_chunks, align):
+                chunks.append((start, decodable.piece_inputs(start, num)))
+        else:
+            t = 0
+            while t < decodable.num_frames():
+                chunk = decodable.chunk_inputs(t)
+                chunks.append((t, chunk))
+                t += chunk.num_subsampled_frames
         groups: dict[ChunkShape, list[tuple[int, ChunkInputs]]] = {}
         for start, chunk in chunks:
             has_ivector = chunk.ivector is not None and chunk.ivector.shape[0] != 0
@@ -111,9 +289,12 @@ class ChunkBatchComputer:
                                chunk.num_subsampled_frames)
             groups.setdefault(shape, []).append((start, chunk))
         out = np.empty((decodable.num_frames(), decodable.output_dim), dtype=np.float32)
+        spc = max(1, decodable.opts.frames_per_chunk // decodable.opts.frame_subsampling_factor)
         for shape, members in groups.items():
             begin = 0
-            for size in batch_sizes(len(members), self.max_chunks):
+            # At most max_chunks chunks' worth of output frames per computation.
+            per_batch = max(1, (self.max_chunks * spc) // max(shape.num_subsampled_frames, spc))
+            for size in batch_sizes(len(members), per_batch):
                 batch = members[begin:begin + size]
                 begin += size
                 output = self._compute(decodable, shape, [c for _, c in batch])

@@ -401,6 +401,37 @@ class DecodableNnetSimple:
         self.current_log_post = output
         self.current_log_post_subsampled_offset = output_t_start // self.opts.frame_subsampling_factor
 
+    def piece_inputs(self, start_subsampled_frame: int, num_subsampled_frames: int
+                     ) -> "ChunkInputs":
+        """The inputs of any run of output frames with the network's own
+        context only (no extra context) and the utterance's iVector, edges
+        padded as Kaldi pads its chunks: for networks whose outputs do not
+        depend on the chunking (pynnet3.compute.batched.chunking_free), what
+        Kaldi's chunks give for these frames."""
+        if not (0 <= start_subsampled_frame and num_subsampled_frames > 0
+                and start_subsampled_frame + num_subsampled_frames
+                <= self.num_subsampled_frames):
+            raise PynnetError(f"frames [{start_subsampled_frame}, "
+                              f"{start_subsampled_frame + num_subsampled_frames}) out of range "
+                              f"[0, {self.num_subsampled_frames})")
+        if self.online_ivector_feats is not None:
+            raise PynnetError("pieces need one iVector per utterance (online iVectors change "
+                              "from chunk to chunk)")
+        self.check_input_dims()
+        factor = self.opts.frame_subsampling_factor
+        first_output_frame = start_subsampled_frame * factor
+        last_output_frame = (start_subsampled_frame + num_subsampled_frames - 1) * factor
+        first_input_frame = first_output_frame - self.nnet_left_context
+        last_input_frame = last_output_frame + self.nnet_right_context
+        num_rows = self.feats.shape[0]
+        if first_input_frame >= 0 and last_input_frame < num_rows:
+            input_feats = self.feats[first_input_frame:last_input_frame + 1]
+        else:
+            rows = np.clip(np.arange(first_input_frame, last_input_frame + 1), 0, num_rows - 1)
+            input_feats = self.feats[rows]
+        return ChunkInputs(first_input_frame, input_feats, self.ivector, first_output_frame,
+                           num_subsampled_frames)
+
 
 def compute_utterance(opts: NnetSimpleComputationOptions, nnet: "Nnet", feats: np.ndarray,
                       compiler: "CachingCompiler", priors: Any = None,

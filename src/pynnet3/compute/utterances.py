@@ -14,7 +14,10 @@ callback (the command line draws a progress bar with it); it never prints.
 """
 from __future__ import annotations
 
+import threading
 import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -69,6 +72,16 @@ class Nnet3ComputeConfig:
         "sequences of one computation: the same chunks as one at a time and the same output "
         "up to float rounding, much faster.  1: one chunk per computation, as Kaldi's "
         "nnet3-compute."})
+    kaldi_chunks: bool = field(default=False, metadata={
+        "flag": "kaldi-chunks", "help": "(pynnet3) If true, always compute Kaldi's chunks, each "
+        "with its own left and right context.  If false (the default), networks whose output "
+        "does not depend on the chunking (no recurrence, no statistics pooling, no IfDefined) "
+        "are computed in pieces of up to --minibatch-size chunks that compute their context "
+        "once: the same output up to float rounding, faster.  --minibatch-size=1 also gives "
+        "Kaldi's chunks, one per computation."})
+    # Utterances computed at once, each by its own thread with single-threaded
+    # BLAS (pynnet3.threads explains why not BLAS threads); <= 0: one.
+    num_threads: int = 1
 
 
 @dataclass
@@ -156,9 +169,41 @@ def nnet3_compute(config: Nnet3ComputeConfig, nnet_rxfilename: str, feature_rspe
                       if config.ivector_rspecifier else None)
     compiler = CachingCompiler(nnet, opts.compiler_config, opts.optimize_config,
                                cache_dir=config.cache_dir, use_disk=config.use_disk_cache)
-    batcher = ChunkBatchComputer(config.minibatch_size) if config.minibatch_size > 1 else None
+    batcher = ChunkBatchComputer(config.minibatch_size, config.kaldi_chunks) if config.minibatch_size > 1 else None
+    num_workers = max(1, config.num_threads)
+    if getattr(config.backend, "name", config.backend) == "cuda":
+        num_workers = 1    # one GPU stream: utterances one after another, as Kaldi
+    if num_workers > 1:
+        compiler = _LockedCompiler(compiler)
+
+    def compute(features: np.ndarray, ivector: np.ndarray | None,
+                online_ivectors: np.ndarray | None) -> np.ndarray:
+        decodable = DecodableNnetSimple(opts, nnet, priors, features, compiler,
+                                        ivector, online_ivectors,
+                                        config.online_ivector_period, config.backend)
+        matrix = (batcher.get_all_output(decodable) if batcher is not None
+                  else decodable.get_all_output())
+        if config.apply_exp:
+            np.exp(matrix, out=matrix)
+        return matrix
+
     result = Nnet3ComputeResult()
     writer = TableWriter(matrix_wspecifier, MATRIX_HOLDER)
+    # Utterances in flight, in input order: (key, frames, the output or its
+    # future).  Outputs are written in input order, as Kaldi writes them.
+    pending: deque[tuple[str, int, Any]] = deque()
+    executor = ThreadPoolExecutor(num_workers) if num_workers > 1 else None
+
+    def write_first() -> None:
+        utt, num_frames, matrix = pending.popleft()
+        if isinstance(matrix, Future):
+            matrix = matrix.result()
+        writer.write(utt, matrix)
+        result.frame_count += num_frames
+        result.num_success += 1
+        if progress is not None:
+            progress(utt, num_frames)
+
     try:
         with SequentialTableReader(feature_rspecifier, MATRIX_HOLDER) as feature_reader:
             for utt, features in feature_reader:
@@ -179,22 +224,31 @@ def nnet3_compute(config: Nnet3ComputeConfig, nnet_rxfilename: str, feature_rspe
                         result.num_fail += 1
                         continue
                     online_ivectors = online_reader.value(utt)
-                decodable = DecodableNnetSimple(opts, nnet, priors, features, compiler,
-                                                ivector, online_ivectors,
-                                                config.online_ivector_period, config.backend)
-                matrix = (batcher.get_all_output(decodable) if batcher is not None
-                          else decodable.get_all_output())
-                if config.apply_exp:
-                    np.exp(matrix, out=matrix)
-                writer.write(utt, matrix)
-                result.frame_count += features.shape[0]
-                result.num_success += 1
-                if progress is not None:
-                    progress(utt, features.shape[0])
+                if executor is None:
+                    pending.append((utt, features.shape[0],
+                                    compute(features, ivector, online_ivectors)))
+                else:
+                    pending.append((utt, features.shape[0],
+                                    executor.submit(compute, features, ivector,
+                                                    online_ivectors)))
+                # Two utterances per worker in flight keep every worker busy
+                # while the first is written; more would only hold memory.
+                while pending and (len(pending) > 2 * num_workers
+                                   or not isinstance(pending[0][2], Future)
+                                   or pending[0][2].done()):
+                    write_first()
+            while pending:
+                write_first()
     except BaseException:
+        if executor is not None:
+            for _, _, item in pending:
+                if isinstance(item, Future):
+                    item.cancel()
         writer.abort()     # an archive file is not left half written at its name
         raise
     finally:
+        if executor is not None:
+            executor.shutdown(wait=True)
         writer.close()     # (a no-op after abort)
         for reader in (ivector_reader, online_reader):
             if reader is not None:
@@ -206,3 +260,20 @@ def nnet3_compute(config: Nnet3ComputeConfig, nnet_rxfilename: str, feature_rspe
     log.log(f"Done {result.num_success} utterances, failed for {result.num_fail}")
     log.log(compiler.timing_summary())
     return result
+
+
+class _LockedCompiler:
+    """A CachingCompiler shared by worker threads: one compile at a time (the
+    cache's dictionaries and its pause of the garbage collector are not
+    thread-safe); everything else is the compiler's own."""
+
+    def __init__(self, compiler: Any) -> None:
+        self._compiler = compiler
+        self._lock = threading.Lock()
+
+    def compile(self, request: Any) -> Any:
+        with self._lock:
+            return self._compiler.compile(request)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._compiler, name)

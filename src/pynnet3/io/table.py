@@ -749,3 +749,55 @@ class Int32VectorHolder:
 
 
 INT32_VECTOR_HOLDER = Int32VectorHolder()
+
+
+class Int32PairVectorHolder:
+    """Kaldi's BasicPairVectorHolder<int32> (e.g. ``ali-to-phones --write-lengths``
+    output): a list of (int, int) pairs.  Text: ``a b ; c d ; ...`` on one line;
+    binary: an int32 count, then each pair as two int32s."""
+
+    name = "Int32PairVector"
+
+    @staticmethod
+    def read(r: KaldiReader) -> list[tuple[int, int]]:
+        if r.binary:
+            n = r.read_int32()
+            if n < 0 or r.pos + 10 * n > len(r.data):
+                raise r.error(f"bad or truncated pair vector of size {n}")
+            rec = np.frombuffer(r.data, dtype=_SIZED_INT32, count=2 * n, offset=r.pos)
+            if n and not np.all(rec["size"] == 4):
+                raise r.error("expected int32 elements (size byte 4) in pair vector")
+            r.pos += 10 * n
+            v = rec["value"].astype(np.int64).reshape(n, 2)
+            return [(int(a), int(b)) for a, b in v]
+        end = r.data.find(b"\n", r.pos)
+        end = len(r.data) if end < 0 else end
+        line = r.data[r.pos:end].decode("latin-1")
+        r.pos = min(end + 1, len(r.data))
+        out: list[tuple[int, int]] = []
+        for part in line.split(";"):
+            words = part.split()
+            if not words and not out and line.strip() == "":
+                break
+            if len(words) != 2:
+                raise r.error(f"Wrong input format, reading vector<pair<?> >; got {len(words)} "
+                              "elements, expected 2.")
+            try:
+                out.append((int(words[0]), int(words[1])))
+            except ValueError:
+                raise r.error(f"could not interpret {part.strip()!r} as a pair of integers") from None
+        return out
+
+    @staticmethod
+    def write(w: KaldiWriter, obj) -> None:
+        pairs = [(int(a), int(b)) for a, b in obj]
+        if w.binary:
+            w.write_int32(len(pairs))
+            for a, b in pairs:
+                w.write_int32(a)
+                w.write_int32(b)
+        else:
+            w.write_raw(" ; ".join(f"{a} {b}" for a, b in pairs) + (" \n" if pairs else "\n"))
+
+
+INT32_PAIR_VECTOR_HOLDER = Int32PairVectorHolder()

