@@ -22,6 +22,22 @@ Rows, for each ``--threads`` value (OPENBLAS/OMP/MKL/NUMBA threads):
   minibatch on the network outputs of the reference deriv.0.ark's shape,
   frames/s, best of runs.
 
+Measured 2026-11-26 on the 2-core dev machine at load average 8-14 (eight
+sessions), real Kaldi f4007661 (CPU, -O1, OpenBLAS 0.3.21) beside pynnet3:
+
+* ``--repeat 10``, 1 thread: Kaldi 37,374 frames/s, pynnet3 5,706 (0.15x;
+  pynnet3's start-up, ~1.5 s, dominates 50 minibatches);
+* ``--repeat 100``, 1 thread: Kaldi 61,982 frames/s (2.58 s), pynnet3 28,469
+  (5.62 s): 0.46x; in process pynnet3 spends ~9 ms per minibatch, of which
+  the chain objective ~1 ms (the network's forward/backward, natural
+  gradient and update are the rest; Kaldi ~5 ms in all);
+* ``--repeat 10``, 2 threads: Kaldi 23,550 frames/s, pynnet3 220 (0.01x,
+  cpu 40 s): with the cores oversubscribed, NumPy's OpenBLAS with 2 threads
+  turns each small GEMM into a spin/scheduler wait; OPENBLAS_NUM_THREADS=2
+  alone reproduces it, and plain nnet3-train shows it too (0.8 s -> 5.4 s on
+  train/ngaffine_bn);
+* objective alone (in process): 150,000-355,000 frames/s.
+
 Usage:  python bench/chain.py [--repeat 20] [--runs 3] [--threads 1,2]
             [--kaldi-root DIR | --no-kaldi] [--keep DIR]
 """
