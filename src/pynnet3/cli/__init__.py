@@ -35,4 +35,6 @@ BINARIES = {
     "nnet3-acc-lda-stats": "pynnet3.cli.acc_lda_stats:main",
     "sum-lda-accs": "pynnet3.cli.sum_lda_accs:main",
     "nnet-get-feature-transform": "pynnet3.cli.get_feature_transform:main",
+    "nnet3-export-onnx": "pynnet3.cli.export_onnx:main",
+    "nnet3-compute-onnx": "pynnet3.cli.compute_onnx:main",
 }

@@ -146,9 +146,17 @@ def _softmax(p, comp, name, indexes, x, in_shape, out_shape):
     return p.op("Max", [y, p.const(np.float32(1.0e-20))], name), False
 
 
-@_reg("NoOpComponent", "ClipGradientComponent", "BackpropTruncationComponent")
+@_reg("NoOpComponent", "ClipGradientComponent")
 def _identity(p, comp, name, indexes, x, in_shape, out_shape):
     return p.op("Identity", [x], name), False
+
+
+@_reg("BackpropTruncationComponent")
+def _backprop_truncation(p, comp, name, indexes, x, in_shape, out_shape):
+    # the forward pass scales by 'scale' (an LSTM's decay-time)
+    if comp.scale_ == 1.0:
+        return p.op("Identity", [x], name), False
+    return p.op("Mul", [x, p.const(np.float32(comp.scale_))], name), False
 
 
 @_reg("GeneralDropoutComponent", "SpecAugmentTimeMaskComponent")

@@ -42,7 +42,7 @@ from .. import __version__, log
 from ..compile.request import ComputationRequest, IoSpecification
 from ..compute.computer import NnetComputeOptions, NnetComputer
 from ..compute.decodable import NnetSimpleComputationOptions, prepare_nnet_for_test
-from ..errors import ConfigError
+from ..errors import ConfigError, PynnetError
 from ..nnet.index import Index
 from .components import SUPPORTED_TYPES, ExportError
 from .ir import Program
@@ -164,13 +164,19 @@ def _equivalences(nnet: Any, compile_fn: Any, left: int, right: int, opts: Any, 
 
     left_local = right_causal = True
     steady = Geometry(elc, erc, n)
+    short = Geometry(elc, erc, max(1, n // 2))
+    rows = short.input_frames(left, right, fss)
     for out in outputs:
         a = run(steady, feats[extra:], out)
-        left_local = left_local and _same(a, run(big, feats, out))
-        short = Geometry(elc, erc, max(1, n // 2))
-        rows = short.input_frames(left, right, fss)
-        right_causal = right_causal and _same(a[:short.frames],
-                                              run(short, feats[extra:extra + rows], out))
+        try:
+            left_local = left_local and _same(a, run(big, feats, out))
+        except PynnetError:    # not computable: not equivalent (conservative)
+            left_local = False
+        try:
+            right_causal = right_causal and _same(a[:short.frames],
+                                                  run(short, feats[extra:extra + rows], out))
+        except PynnetError:
+            right_causal = False
     return left_local, right_causal
 
 
@@ -229,11 +235,22 @@ def translate_nnet(nnet: Any, options: ExportOptions, priors: np.ndarray | None 
     if priors is not None and np.asarray(priors).size:
         with np.errstate(divide="ignore"):
             log_priors = np.log(np.asarray(priors, dtype=np.float32))
-    programs = []
+    computations = []
     for k, g in enumerate(geometries):
-        p = Program(parameters=parameters, prefix=f"g{k}_" if len(geometries) > 1 else "")
         request = _request(g, left, right, fss, options.outputs, ivector_dim > 0)
-        computation = compiler.compile(request)
+        try:
+            computations.append((g, compiler.compile(request)))
+        except PynnetError as e:
+            if k == 0 or "not computable" not in str(e):
+                raise
+            # as in nnet3-compute, a chunk this short cannot be computed
+            log.warn(f"chunks of {g.frames} output frames (extra context {g.extra_left}/"
+                     f"{g.extra_right}) are not computable by this network; utterances "
+                     f"that need them fail, as in nnet3-compute")
+    geometries = [g for g, _ in computations]
+    programs = []
+    for k, (g, computation) in enumerate(computations):
+        p = Program(parameters=parameters, prefix=f"g{k}_" if len(geometries) > 1 else "")
         backend = TraceBackend(p, nnet)
         computer = NnetComputer(NnetComputeOptions(compress_matrices=False), computation, nnet,
                                 backend=backend)

@@ -103,3 +103,46 @@ def export_onnx(t: TranslatedNnet, path: str, opset: int = 17) -> None:
     from ..io.atomic import atomic_write
 
     atomic_write(path, to_onnx_model(t, opset).SerializeToString())
+
+
+def read_model_for_export(rxfilename: str, use_priors: bool) -> tuple[Any, Any, bytes]:
+    """(network, priors or None, the file's bytes for the metadata hash) from a
+    raw network or an ``.mdl`` (TransitionModel + AmNnetSimple)."""
+    import os
+
+    from ..compile.am_nnet import read_mdl
+    from ..compile.model_io import read_nnet
+    from ..compute.utterances import read_model
+    from ..errors import PynnetError
+
+    data = b""
+    if os.path.isfile(rxfilename):
+        with open(rxfilename, "rb") as f:
+            data = f.read()
+    if use_priors:
+        nnet, priors = read_model(rxfilename, True)
+        return nnet, priors, data
+    try:
+        return read_nnet(rxfilename), None, data
+    except PynnetError as raw_error:
+        try:
+            _, am, _ = read_mdl(rxfilename)
+        except PynnetError:
+            raise raw_error from None
+        return am.nnet, None, data
+
+
+def nnet3_export_onnx(options: Any, nnet_rxfilename: str, onnx_path: str,
+                      use_priors: bool = False) -> Any:
+    """nnet3-export-onnx: read, prepare, translate, check and write; returns
+    the :class:`~.exporter.TranslatedNnet`."""
+    from .. import log
+    from .exporter import translate_nnet
+
+    nnet, priors, data = read_model_for_export(nnet_rxfilename, use_priors)
+    t = translate_nnet(nnet, options, priors, data)
+    export_onnx(t, onnx_path, options.opset)
+    log.log(f"Wrote {onnx_path}: {len(t.programs)} chunk geometr"
+            f"{'y' if len(t.programs) == 1 else 'ies'}, {len(t.parameters)} parameter tensors, "
+            f"outputs {t.metadata['outputs']}")
+    return t

@@ -106,10 +106,12 @@ class OnnxNnet:
                     raise PynnetError(f"the model expects 'ivector' features with dimension "
                                       f"{m['ivector_dim']} but you provided {iv.shape[1]}")
                 feeds["ivector"] = iv
+            idx = self.chunk_index.get(g)
+            if idx is None:
+                raise PynnetError(f"a chunk of {g.frames} output frames (extra context "
+                                  f"{g.extra_left}/{g.extra_right}) is not computable by this "
+                                  f"network (nnet3-compute fails the same way)")
             if self.has_chunk_input:
-                idx = self.chunk_index.get(g)
-                if idx is None:
-                    raise PynnetError(f"the model has no chunk geometry {g} (code error)")
                 feeds["chunk"] = np.array(idx, dtype=np.int64)
             out = self.session.run([out_name], feeds)[0]
             pieces.append(out[:w.num_subsampled_frames])
