@@ -308,8 +308,10 @@ def test_torch_module_matches_and_trains(config: str, opts: dict) -> None:
     assert float((after - before).abs().max()) > 1e-4
 
 
-@pytest.mark.parametrize("case", [pytest.param(p.values[0], marks=p.marks, id=p.values[0])
-                                  for p in _kaldi_params() if p.values[2] == "out_a.ark"])
+@pytest.mark.parametrize("case", [
+    pytest.param(p.values[0], id=p.values[0], marks=[] if p.values[0] == "tdnn_xent_nnet3_wsj_1b"
+                 else [pytest.mark.slow])
+    for p in _kaldi_params() if p.values[2] == "out_a.ark"])
 def test_torch_small_architectures(case: str) -> None:
     torch = pytest.importorskip("torch")
     from pynnet3.compile.model_io import read_nnet
