@@ -262,7 +262,9 @@ def test_unsupported_component_is_a_clear_error(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_every_registered_component_type_is_translated() -> None:
-    import pynnet3.nnet.components  # noqa: F401 (registers every type)
+    import importlib
+
+    importlib.import_module("pynnet3.nnet.components")    # registers every type
     from pynnet3.export.components import SUPPORTED_TYPES
     from pynnet3.nnet.components.base import _REGISTRY
 
