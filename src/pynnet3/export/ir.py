@@ -22,7 +22,7 @@ __all__ = ["Node", "Program", "OPS"]
 OPS = frozenset({
     "Add", "Sub", "Mul", "Div", "MatMul", "Gemm", "Gather", "Concat", "Slice", "Reshape",
     "Transpose", "Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Max", "Min", "ReduceSum",
-    "ReduceMax", "Softmax", "LogSoftmax", "Identity", "Neg", "Abs", "Tile", "Expand"})
+    "Softmax", "LogSoftmax", "Identity", "Neg", "Abs", "Tile", "Expand"})
 
 
 @dataclass
