@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 PKG_DIR = Path(__file__).resolve().parents[1] / "src" / "pynnet3"
-LAYERS = ["base", "nnet", "compile", "optimize", "cache", "compute", "train", "cli", "dispatch", "testing"]
+LAYERS = ["base", "nnet", "compile", "optimize", "cache", "compute", "train", "export", "cli", "dispatch", "testing"]
 BASE = {"__init__", "errors", "log", "fast_paths", "blas", "std_order", "numba_cache", "io"}
 
 BASE.add("threads")        # pynnet3.threads: the process's thread budget

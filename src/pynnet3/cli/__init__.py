@@ -51,4 +51,6 @@ BINARIES = {
     "nnet3-chain-compute-deriv": "pynnet3.cli.chain_compute_deriv:main",
     "nnet3-xvector-compute": "pynnet3.cli.xvector_compute:main",
     "nnet3-compute-batch": "pynnet3.cli.compute_batch:main",
+    "nnet3-export-onnx": "pynnet3.cli.export_onnx:main",
+    "nnet3-compute-onnx": "pynnet3.cli.compute_onnx:main",
 }

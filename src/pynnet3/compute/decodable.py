@@ -38,7 +38,8 @@ if TYPE_CHECKING:
     from ..nnet.nnet import Nnet
     from ..optimize.options import OptimizeOptions
 
-__all__ = ["NnetSimpleComputationOptions", "DecodableNnetSimple", "ChunkInputs",
+__all__ = ["NnetSimpleComputationOptions", "DecodableNnetSimple", "ChunkInputs", "ChunkWindow",
+           "chunk_window", "online_ivector_row",
            "simple_nnet_context", "prepare_nnet_for_test", "compute_utterance"]
 
 
@@ -180,6 +181,58 @@ class ChunkInputs(NamedTuple):
     num_subsampled_frames: int
 
 
+class ChunkWindow(NamedTuple):
+    """Where one chunk of an utterance lies (the chunk starting at a
+    subsampled output frame): its output frames (in input frames, first and
+    last), how many subsampled output frames, and the extra left/right
+    context it uses (the -initial/-final values at the utterance's ends)."""
+
+    first_output_frame: int
+    last_output_frame: int
+    num_subsampled_frames: int
+    extra_left_context: int
+    extra_right_context: int
+
+
+def chunk_window(opts: NnetSimpleComputationOptions, num_subsampled_frames: int,
+                 subsampled_frame: int) -> ChunkWindow:
+    """The chunk of Kaldi's DecodableNnetSimple::EnsureFrameIsComputed that
+    starts at ``subsampled_frame`` (``opts`` already fixed by
+    check_and_fix_configs); shared with the ONNX runtime (pynnet3.export)."""
+    subsampling_factor = opts.frame_subsampling_factor
+    subsampled_frames_per_chunk = opts.frames_per_chunk // subsampling_factor
+    num_frames = min(num_subsampled_frames - subsampled_frame, subsampled_frames_per_chunk)
+    last_subsampled_frame = subsampled_frame + num_frames - 1
+    extra_left_context = opts.extra_left_context
+    extra_right_context = opts.extra_right_context
+    if subsampled_frame == 0 and opts.extra_left_context_initial >= 0:
+        extra_left_context = opts.extra_left_context_initial
+    if (last_subsampled_frame == num_subsampled_frames - 1
+            and opts.extra_right_context_final >= 0):
+        extra_right_context = opts.extra_right_context_final
+    return ChunkWindow(subsampled_frame * subsampling_factor,
+                       last_subsampled_frame * subsampling_factor, num_frames,
+                       extra_left_context, extra_right_context)
+
+
+def online_ivector_row(online_ivectors: np.ndarray, period: int, output_t_start: int,
+                       num_output_frames: int) -> np.ndarray:
+    """The online iVector of a chunk: the row of the frame near its middle
+    (Kaldi's GetCurrentIvector); shared with the ONNX runtime."""
+    frame_to_search = output_t_start + num_output_frames // 2
+    ivector_frame = frame_to_search // period
+    num_rows = online_ivectors.shape[0]
+    if ivector_frame >= num_rows:
+        margin = ivector_frame - (num_rows - 1)
+        if margin * period > 50:
+            # More than half a second: not an edge effect.
+            raise PynnetError(f"Could not get iVector for frame {frame_to_search}, only "
+                              f"available till frame {num_rows} * ivector-period="
+                              f"{period} (mismatched --online-ivector-period?)")
+        ivector_frame = num_rows - 1
+    return online_ivectors[ivector_frame]
+
+
 class DecodableNnetSimple:
     """Evaluates ``nnet`` on one utterance chunk by chunk (Kaldi's
     DecodableNnetSimple).
@@ -302,25 +355,11 @@ class DecodableNnetSimple:
             raise PynnetError(f"frame {subsampled_frame} out of range "
                               f"[0, {self.num_subsampled_frames})")
         self.check_input_dims()
-        opts = self.opts
-        subsampling_factor = opts.frame_subsampling_factor
-        subsampled_frames_per_chunk = opts.frames_per_chunk // subsampling_factor
-        start_subsampled_frame = subsampled_frame
-        num_subsampled_frames = min(self.num_subsampled_frames - start_subsampled_frame,
-                                    subsampled_frames_per_chunk)
-        last_subsampled_frame = start_subsampled_frame + num_subsampled_frames - 1
-        first_output_frame = start_subsampled_frame * subsampling_factor
-        last_output_frame = last_subsampled_frame * subsampling_factor
-
-        extra_left_context = opts.extra_left_context
-        extra_right_context = opts.extra_right_context
-        if first_output_frame == 0 and opts.extra_left_context_initial >= 0:
-            extra_left_context = opts.extra_left_context_initial
-        if (last_subsampled_frame == self.num_subsampled_frames - 1
-                and opts.extra_right_context_final >= 0):
-            extra_right_context = opts.extra_right_context_final
-        left_context = self.nnet_left_context + extra_left_context
-        right_context = self.nnet_right_context + extra_right_context
+        window = chunk_window(self.opts, self.num_subsampled_frames, subsampled_frame)
+        first_output_frame, last_output_frame = window.first_output_frame, window.last_output_frame
+        num_subsampled_frames = window.num_subsampled_frames
+        left_context = self.nnet_left_context + window.extra_left_context
+        right_context = self.nnet_right_context + window.extra_right_context
         first_input_frame = first_output_frame - left_context
         last_input_frame = last_output_frame + right_context
         num_input_frames = last_input_frame + 1 - first_input_frame
@@ -346,19 +385,8 @@ class DecodableNnetSimple:
             return self.ivector
         if self.online_ivector_feats is None:
             return None
-        frame_to_search = output_t_start + num_output_frames // 2
-        ivector_frame = frame_to_search // self.online_ivector_period
-        num_rows = self.online_ivector_feats.shape[0]
-        if ivector_frame >= num_rows:
-            margin = ivector_frame - (num_rows - 1)
-            if margin * self.online_ivector_period > 50:
-                # More than half a second: not an edge effect.
-                raise PynnetError(f"Could not get iVector for frame {frame_to_search}, only "
-                                  f"available till frame {num_rows} * ivector-period="
-                                  f"{self.online_ivector_period} (mismatched "
-                                  f"--online-ivector-period?)")
-            ivector_frame = num_rows - 1
-        return self.online_ivector_feats[ivector_frame]
+        return online_ivector_row(self.online_ivector_feats, self.online_ivector_period,
+                                  output_t_start, num_output_frames)
 
     def make_request(self, input_t_start: int, num_input_frames: int, has_ivector: bool,
                      output_t_start: int, num_subsampled_frames: int) -> ComputationRequest:
