@@ -342,6 +342,7 @@ def main() -> int:
               f"{'matrices py/kaldi':>18s}")
     print(header, flush=True)
     ratios: list[tuple[float, str]] = []
+    cpu_ratios: list[float] = []
     worst_hit = (0.0, "")
     vosk_model = vosk_path(args)
     for name, loader, is_vosk in load_models(args):
@@ -368,11 +369,16 @@ def main() -> int:
                 kms = float(row["compile_ms_median"]) if row else None
                 kc = row["num_commands"] if row else "-"
                 km = row["num_matrices"] if row else "-"
+                py_cpu, cpu_text = LAST_CPU_MS[0], ""
                 if driver and is_vosk and vosk_model is not None:
                     try:
                         kms, kc, km = kaldi_compile(
                             driver, vosk_model,
                             write_request(Path(request_dir.name), case), args.runs, shortcut)
+                        kcpu = max(KALDI_CPU_MS[0], 1e-3)
+                        cpu_text = (f"  cpu {py_cpu:.1f}/{kcpu:.1f} ms = "
+                                    f"{py_cpu / kcpu:.2f}x")
+                        cpu_ratios.append(py_cpu / kcpu)
                     except Exception as e:
                         print(f"{prefix} Kaldi: ERROR {e}", flush=True)
                 note = f"  (1 run: {one_run:.0f} s)" if one_run is not None else ""
@@ -382,7 +388,7 @@ def main() -> int:
                 print(f"{prefix} {'on' if shortcut else 'off':8s} "
                       f"{ms:11.1f} {kms if kms is not None else 'n/a':>9} "
                       f"{fmt_ratio(ms, kms):>7s} {f'{cmds}/{kc}':>18s} {f'{mats}/{km}':>18s}"
-                      f"{note}", flush=True)
+                      f"{note}{cpu_text}", flush=True)
             # Cache hits (shortcut on).  Kaldi keeps no disk cache, and its
             # in-memory hit is a hash lookup, so there is no Kaldi figure.
             try:
@@ -397,6 +403,10 @@ def main() -> int:
         worst = max(ratios)
         print(f"# rows with a Kaldi figure: {len(ratios)}; within 1.5x: "
               f"{sum(r <= 1.5 for r, _ in ratios)}; worst {worst[0]:.2f}x ({worst[1]})")
+    if cpu_ratios:
+        print(f"# CPU time (pynnet3 / Kaldi, best runs): within 1.5x: "
+              f"{sum(r <= 1.5 for r in cpu_ratios)} of {len(cpu_ratios)}; worst "
+              f"{max(cpu_ratios):.2f}x")
     if worst_hit[1]:
         print(f"# slowest cache hit: {worst_hit[0]:.1f} ms ({worst_hit[1]})")
     return 0
