@@ -6,16 +6,15 @@
 // Build (after Kaldi's src/ is configured and nnet3bin is built; see
 // docs/performance.md), from this folder:
 //     make KALDI_ROOT=/work/kaldi
-// or by hand (the flags of Kaldi's kaldi.mk; the libraries of nnet3bin):
-//     K=/work/kaldi/src; g++ -std=c++14 -O1 -DHAVE_OPENBLAS -I$K \
-//       -I$K/../deps/openblas/include -isystem $K/../deps/openfst/include \
-//       nnet3-compile-time.cc $K/nnet3/kaldi-nnet3.a $K/chain/kaldi-chain.a \
-//       $K/cudamatrix/kaldi-cudamatrix.a $K/decoder/kaldi-decoder.a $K/lat/kaldi-lat.a \
-//       $K/fstext/kaldi-fstext.a $K/hmm/kaldi-hmm.a $K/transform/kaldi-transform.a \
-//       $K/gmm/kaldi-gmm.a $K/tree/kaldi-tree.a $K/util/kaldi-util.a \
-//       $K/matrix/kaldi-matrix.a $K/base/kaldi-base.a \
-//       -L$K/../deps/openfst/lib -lfst -L$K/../deps/openblas/lib -lopenblas -lpthread -ldl \
-//       -o nnet3-compile-time
+// or by hand with one g++ line (the flags of Kaldi's kaldi.mk, K=/work/kaldi/src):
+//   g++ -std=c++14 -O1 -DHAVE_OPENBLAS -I$K -I$K/../deps/openblas/include
+//       -isystem $K/../deps/openfst/include nnet3-compile-time.cc
+//       $K/nnet3/kaldi-nnet3.a $K/chain/kaldi-chain.a $K/cudamatrix/kaldi-cudamatrix.a
+//       $K/decoder/kaldi-decoder.a $K/lat/kaldi-lat.a $K/fstext/kaldi-fstext.a
+//       $K/hmm/kaldi-hmm.a $K/transform/kaldi-transform.a $K/gmm/kaldi-gmm.a
+//       $K/tree/kaldi-tree.a $K/util/kaldi-util.a $K/matrix/kaldi-matrix.a
+//       $K/base/kaldi-base.a -L$K/../deps/openfst/lib -lfst
+//       -L$K/../deps/openblas/lib -lopenblas -lgfortran -lpthread -ldl -o nnet3-compile-time
 //
 // Usage: nnet3-compile-time [options] <model-in> <request-in> [<request-in> ...]
 //   <model-in>: a raw nnet3 model or an acoustic model (TransitionModel +
@@ -23,13 +22,15 @@
 //   ComputationRequest::Write writes it (text or binary), e.g. the
 //   request.kaldi-text files of reference/random or those bench/compile.py writes.
 // For each request it prints one line on stdout:
-//   <request-in> <min-ms> <median-ms> <num-commands> <num-matrices>
-// (matrices include the empty matrix 0, as Kaldi's stats.txt counts them).
+//   <request-in> <min-ms> <median-ms> <num-commands> <num-matrices> <min-cpu-ms>
+// (wall-clock ms; the last is process CPU time, std::clock, steadier on a busy
+// machine; matrices include the empty matrix 0, as Kaldi's stats.txt counts them).
 // Options: --runs=N (default 3), --test-mode (batch-norm and dropout test mode
 // and CollapseModel, as nnet3-compute does), --use-shortcut and the
 // NnetOptimizeOptions flags (--optimize, --consolidate-model-update, ...).
 
 #include <algorithm>
+#include <ctime>
 #include <vector>
 
 #include "base/kaldi-common.h"
@@ -47,7 +48,7 @@ int main(int argc, char *argv[]) {
     const char *usage =
         "Time CachingOptimizingCompiler::Compile (compile + optimize) of each\n"
         "request, a fresh compiler per run; prints per request:\n"
-        "  <request-in> <min-ms> <median-ms> <num-commands> <num-matrices>\n"
+        "  <request-in> <min-ms> <median-ms> <num-commands> <num-matrices> <min-cpu-ms>\n"
         "Usage: nnet3-compile-time [options] <model-in> <request-in> [<request-in> ...]\n";
     ParseOptions po(usage);
     int32 runs = 3;
@@ -93,19 +94,23 @@ int main(int argc, char *argv[]) {
         Input ki(po.GetArg(i), &binary);
         request.Read(ki.Stream(), binary);
       }
-      std::vector<double> ms;
+      std::vector<double> ms, cpu_ms;
       size_t num_commands = 0, num_matrices = 0;
       for (int32 r = 0; r < runs; r++) {
         CachingOptimizingCompiler compiler(nnet, optimize_opts, compiler_opts);
+        std::clock_t cpu_start = std::clock();
         Timer timer;
         std::shared_ptr<const NnetComputation> computation = compiler.Compile(request);
         ms.push_back(1000.0 * timer.Elapsed());
+        cpu_ms.push_back(1000.0 * (std::clock() - cpu_start) / CLOCKS_PER_SEC);
         num_commands = computation->commands.size();
         num_matrices = computation->matrices.size();
       }
       std::sort(ms.begin(), ms.end());
+      std::sort(cpu_ms.begin(), cpu_ms.end());
       std::cout << po.GetArg(i) << " " << ms.front() << " " << ms[ms.size() / 2]
-                << " " << num_commands << " " << num_matrices << std::endl;
+                << " " << num_commands << " " << num_matrices << " " << cpu_ms.front()
+                << std::endl;
     }
     return 0;
   } catch (const std::exception &e) {

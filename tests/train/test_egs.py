@@ -206,6 +206,30 @@ def test_index_vector_encoding() -> None:
     assert w.getvalue() == b"<I1V> 3 <I1> 0 -2 0 <I1> 0 -1 0 <I1> 0 5 0 "
 
 
+def test_index_vector_of_a_merged_minibatch() -> None:
+    """Many escapes (one per example, as in merged egs) among t-deltas: read
+    back exactly, and each kind of damage reported at its byte."""
+    from pynnet3.errors import FormatError
+
+    rng = np.random.default_rng(5)
+    n = np.repeat(np.arange(40), 12)
+    t = np.tile(np.arange(-2, 10), 40) + np.repeat(rng.integers(-300, 300, 40), 12)
+    x = np.repeat(rng.integers(0, 2, 40), 12)
+    idx = np.stack([n, t, x], axis=1)
+    w = KaldiWriter(True)
+    write_index_vector(w, idx)
+    data = w.getvalue()
+    r = KaldiReader(data + b"rest", True)
+    assert np.array_equal(read_index_vector(r), idx) and r.pos == len(data)
+    first_delta = data.index(b"\x7f", 12) - 1           # the last t-delta of example 0
+    for damaged, message in (
+            (data[:-3], "end of file"),
+            (data[:first_delta] + bytes([125]) + data[first_delta + 1:], "unexpected character"),
+            (data[:first_delta + 2] + b"\x05" + data[first_delta + 3:], "bad integer size")):
+        with pytest.raises(FormatError, match=message):
+            read_index_vector(KaldiReader(damaged, True))
+
+
 def test_truncated_archive_is_a_format_error(tmp_path: Path) -> None:
     from pynnet3.errors import FormatError
 

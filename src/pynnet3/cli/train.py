@@ -38,19 +38,25 @@ line is shown on stderr when it is a terminal."""
 @click.option("--srand", type=int, default=0, show_default=True,
               help="Seed for random number generator ")
 @bool_option("--binary", True, "Write output in binary mode")
-@use_gpu_option("no", "yes|no|optional|wait: where the computation runs (cuda or the Numba cpu "
-                "backend).  NOTE: Kaldi's default is 'yes', which only has an effect in a CUDA "
-                "build; pynnet3's default is 'no'.")
+@use_gpu_option("no", "yes|no|optional|wait: where the computation runs (cuda or the CPU, "
+                "see --cpu-backend).  NOTE: Kaldi's default is 'yes', which only has an effect "
+                "in a CUDA build; pynnet3's default is 'no'.")
+@click.option("--cpu-backend", type=click.Choice(["numpy", "numba"]), default="numpy",
+              show_default=True, help="(pynnet3) How to compute on the CPU: numpy (NumPy and "
+              "its BLAS only) or numba (the Numba backend's kernels for the row operations; "
+              "loading them costs about a second of CPU at start-up).  The trained model is "
+              "the same.")
 @register_options(NnetTrainerOptions, names=(
     "store_component_stats", "zero_component_stats", "print_interval", "max_param_change",
     "momentum", "l2_regularize_factor", "batchnorm_stats_scale", "backstitch_training_scale",
     "backstitch_training_interval", "read_cache", "write_cache", "binary_write_cache"))
 @compiler_and_computation_options
 @click.argument("args", nargs=-1)
-def command(srand: int, binary: bool, use_gpu: str, args: tuple[str, ...], **kwargs: Any) -> None:
+def command(srand: int, binary: bool, use_gpu: str, cpu_backend: str, args: tuple[str, ...],
+            **kwargs: Any) -> None:
     check_num_args(args, (3,))
     from .. import log
-    from ..compute.backend import select_backend
+    from ..compute.backend import select_compute_backend
     from ..compute.computer import NnetComputeOptions
     from ..nnet.components.base import set_random_seed
     from ..compile.model_io import read_nnet, write_nnet
@@ -66,7 +72,9 @@ def command(srand: int, binary: bool, use_gpu: str, args: tuple[str, ...], **kwa
         compiler_config=compiler)
     set_random_seed(srand)
     rand = GlibcRand(srand)
-    backend = select_backend(use_gpu)
+    # (Kaldi's --use-gpu=no; on the CPU the NumPy backend by default: as fast
+    # as the Numba one on training's row copies, without Numba's start-up.)
+    backend = select_compute_backend(use_gpu, cpu_backend)
     nnet = read_nnet(args[0])
     progress = Progress("nnet3-train", unit="frames")
     with NnetTrainer(config, nnet, rand, backend=backend) as trainer:

@@ -83,41 +83,68 @@ def read_index_vector(r: KaldiReader) -> np.ndarray:
         raise r.error(f"error reading Index vector: size = {size}")
     if not r.binary:
         return _read_index_vector_text(r, size)
-    out = np.empty((size, 3), dtype=np.int64)
-    data, pos = r.data, r.pos
-    n = t = x = 0
-    i = 0
+    data, start = r.data, r.pos
+    # Rows are one int8 t-delta each, or an escape byte and the full (n, t, x)
+    # (16 bytes) where n or x changes or t jumps: a merged minibatch has one
+    # escape per example.  The loop below only finds the escapes; the rows
+    # are then assembled with NumPy.
+    esc_rows: list[int] = []
+    esc_vals: list[tuple[int, int, int]] = []
+    escape = bytes([_ESCAPE])
+    i, pos = 0, start
+    bad_escape: tuple[int, str] | None = None
     while i < size:
-        seg = data[pos:pos + (size - i)]
-        j = seg.find(bytes([_ESCAPE]))
+        j = data.find(escape, pos, pos + (size - i))
         if j < 0:
-            j = len(seg)
-            if j < size - i:
-                r.pos = pos + j
-                raise r.error("end of file while reading vector of Index")
-        if j > 0:
-            c = np.frombuffer(seg, dtype=np.int8, count=j).astype(np.int64)
-            if np.any(np.abs(c) >= 125):
-                r.pos = pos + int(np.argmax(np.abs(c) >= 125))
-                raise r.error("unexpected character encountered while reading Index vector")
-            ts = t + np.cumsum(c)
-            out[i:i + j, 0] = n
-            out[i:i + j, 1] = ts
-            out[i:i + j, 2] = x
-            t = int(ts[-1])
-            i += j
-            pos += j
+            j = pos + (size - i)
+            if j > len(data):
+                bad_escape = (len(data), "end of file while reading vector of Index")
+                i += len(data) - pos
+                break
+        i += j - pos
+        pos = j
         if i < size:
             if pos + 16 > len(data):
-                r.pos = pos
-                raise r.error("end of file while reading vector of Index")
+                bad_escape = (pos, "end of file while reading vector of Index")
+                break
             s1, n, s2, t, s3, x = struct.unpack_from("<BiBiBi", data, pos + 1)
             if (s1, s2, s3) != (4, 4, 4):
-                r.pos = pos
-                raise r.error("bad integer size inside Index vector")
-            out[i] = (n, t, x)
+                bad_escape = (pos, "bad integer size inside Index vector")
+                break
+            esc_rows.append(i)
+            esc_vals.append((n, t, x))
             i += 1
             pos += 16
+    # The delta rows read (up to an error, if any): byte offset of row k is
+    # start + k + 15 * (escapes before k).
+    num_rows = min(i, size)
+    is_esc = np.zeros(num_rows + 1, dtype=bool)
+    is_esc[esc_rows] = True
+    rows = np.arange(num_rows)
+    esc_before = np.cumsum(is_esc[:num_rows]) - is_esc[:num_rows]
+    delta_rows = rows[~is_esc[:num_rows]]
+    raw = np.frombuffer(data, dtype=np.int8)
+    deltas = raw[start + delta_rows + 15 * esc_before[delta_rows]].astype(np.int64)
+    bad = np.abs(deltas) >= 125
+    if bad.any():
+        k = int(np.argmax(bad))
+        r.pos = start + int(delta_rows[k]) + 15 * int(esc_before[delta_rows[k]])
+        raise r.error("unexpected character encountered while reading Index vector")
+    if bad_escape is not None:
+        r.pos = bad_escape[0]
+        raise r.error(bad_escape[1])
+    # t: the running sum of the deltas, restarted at each escape's t.
+    v = np.zeros(size, dtype=np.int64)
+    v[delta_rows] = deltas
+    cs = np.cumsum(v)
+    seg = np.cumsum(is_esc[:size])            # segment k >= 1 starts at escape k-1
+    base = np.zeros((len(esc_rows) + 1, 3), dtype=np.int64)
+    offset = np.zeros(len(esc_rows) + 1, dtype=np.int64)
+    if esc_rows:
+        base[1:] = esc_vals
+        offset[1:] = cs[esc_rows]
+    out = base[seg]
+    out[:, 1] += cs - offset[seg]
     r.pos = pos
     return out.astype(np.int32)
 
