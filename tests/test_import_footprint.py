@@ -40,3 +40,21 @@ def test_compute_cli_import_leaves_heavy_modules_out() -> None:
             f"print([m for m in {HEAVY!r} if m in sys.modules])")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert p.stdout.strip() == "[]", p.stdout
+
+
+def test_binary_matrix_bytes_unchanged_for_any_shape() -> None:
+    """The matrix writer hands its buffer over without tobytes(): the bytes
+    are those of the old writer, empty and strided matrices included."""
+    from pynnet3.io.kaldi_io import KaldiWriter
+
+    for mat in (np.zeros((0, 0), np.float32), np.zeros((3, 0), np.float32),
+                np.zeros((0, 4), np.float32), np.arange(12, dtype=np.float64).reshape(3, 4),
+                np.arange(40, dtype=np.float32).reshape(5, 8)[::2, 1::3]):
+        for double in (False, True):
+            w = KaldiWriter(True)
+            w.write_matrix(mat, double)
+            rows, cols = mat.shape
+            head = (b"DM " if double else b"FM ") + b"\x04" + np.int32(rows).tobytes() \
+                + b"\x04" + np.int32(cols).tobytes()
+            body = np.ascontiguousarray(mat, dtype="<f8" if double else "<f4").tobytes()
+            assert w.getvalue() == head + body

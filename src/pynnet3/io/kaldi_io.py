@@ -403,8 +403,9 @@ class KaldiWriter:
             self.write_int32(cols)
             # (the array's buffer itself: .tobytes() would be one more copy of
             # a matrix that may be megabytes)
-            self.buf.write(memoryview(np.ascontiguousarray(
-                mat, dtype="<f8" if double else "<f4")).cast("B"))
+            data = np.ascontiguousarray(mat, dtype="<f8" if double else "<f4")
+            if data.size:      # (memoryview cannot cast an empty shape)
+                self.buf.write(memoryview(data).cast("B"))
             return
         if cols == 0:
             self.buf.write(b" [ ]\n")
