@@ -46,3 +46,22 @@ def test_set_blas_threads_reaches_numpys_openblas() -> None:
                                    rtol=1e-6)
     finally:
         threads.set_blas_threads(threads.available_cores())
+
+
+def test_limit_malloc_arenas_respects_user_setting() -> None:
+    """glibc's arena cap is set through mallopt (True on Linux/glibc), and a
+    MALLOC_ARENA_MAX the user set is left to glibc (False)."""
+    import os
+    import platform
+    import subprocess
+    import sys
+
+    code = "from pynnet3.threads import limit_malloc_arenas as f; print(f(1))"
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       check=True)
+    if sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc":
+        assert p.stdout.strip() == "True"
+    p = subprocess.run([sys.executable, "-c", code], env=dict(env, MALLOC_ARENA_MAX="4"),
+                       capture_output=True, text=True, check=True)
+    assert p.stdout.strip() == "False"

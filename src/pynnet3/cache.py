@@ -59,7 +59,6 @@ them.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import itertools
 import json
 import os
@@ -77,6 +76,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from .io.atomic import atomic_write
+from .io.hashing import sha256
 from . import __version__, log
 from .compile.computation import CommandType, NnetComputation
 from .compile.computation_io import FORMAT_VERSION, computation_to_bytes, load_computation
@@ -278,7 +278,7 @@ _COMPILER_SOURCES = ("compile", "optimize", "nnet")
 def code_fingerprint() -> str:
     """SHA-256 of the source of the compiler, optimizer and network code."""
     root = Path(__file__).resolve().parent
-    h = hashlib.sha256()
+    h = sha256()
     for sub in _COMPILER_SOURCES:
         for path in sorted((root / sub).rglob("*.py")):
             h.update(str(path.relative_to(root)).encode() + b"\0")
@@ -535,7 +535,7 @@ class CachingCompiler:
                 getattr(compile_fn, "__qualname__", None) or type(compile_fn).__qualname__),
             "optimize-options": _options_description(self.optimize_options),
         }
-        h = hashlib.sha256(_KEY_VERSION)
+        h = sha256(_KEY_VERSION)
         h.update(json.dumps(context, sort_keys=True).encode() + b"\n")
         structures, self._component_keys = _component_keys(nnet)
         h.update(nnet_structure_text(nnet, structures).encode())
@@ -544,10 +544,10 @@ class CachingCompiler:
     # -- keys --------------------------------------------------------------------
     def key(self, request: ComputationRequest) -> str:
         """The disk-cache key (hex SHA-256) of ``request``."""
-        return self._disk_key(hashlib.sha256(request_key_bytes(request)).digest())
+        return self._disk_key(sha256(request_key_bytes(request)).digest())
 
     def _disk_key(self, request_digest: bytes) -> str:
-        return hashlib.sha256(self._context_digest + request_digest).hexdigest()
+        return sha256(self._context_digest + request_digest).hexdigest()
 
     def entry_path(self, key: str) -> Path:
         return self.cache_dir / (key + ENTRY_SUFFIX)
@@ -567,7 +567,7 @@ class CachingCompiler:
             self.seconds["total"] += time.perf_counter() - start
 
     def _compile_internal(self, request: ComputationRequest) -> NnetComputation:
-        request_digest = hashlib.sha256(request_key_bytes(request)).digest()
+        request_digest = sha256(request_key_bytes(request)).digest()
         hit = self._memory.get(request_digest)
         if hit is not None:
             self._memory.move_to_end(request_digest)

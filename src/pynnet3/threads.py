@@ -33,7 +33,8 @@ import os
 import sys
 from typing import Iterator
 
-__all__ = ["THREAD_ENV_VARS", "available_cores", "env_num_threads", "resolve_num_threads",
+__all__ = ["THREAD_ENV_VARS", "available_cores", "env_num_threads", "limit_malloc_arenas",
+           "resolve_num_threads",
            "set_blas_threads", "use_blas_threads", "blas_libraries"]
 
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
@@ -162,3 +163,30 @@ def use_blas_threads(num_threads: int) -> dict[str, int]:
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = value
     return set_blas_threads(num_threads)
+
+
+# glibc's mallopt parameter for the number of malloc arenas.
+_M_ARENA_MAX = -8
+
+
+def limit_malloc_arenas(num_arenas: int) -> bool:
+    """Caps glibc's malloc arenas at ``num_arenas`` for threads that start
+    from now on (a no-op elsewhere, and where the user set MALLOC_ARENA_MAX);
+    True when the cap was set.
+
+    Why.  glibc gives each new thread an arena of its own (up to 8 per
+    core); memory a worker frees stays in its arena, so two workers each keep
+    the high-water mark of their own activations: ``nnet3-compute`` with two
+    threads peaked at about 100 MB where one arena gives 92 MB, at the same
+    speed (the workers allocate with NumPy while holding the GIL, so they
+    seldom contend for the arena's lock)."""
+    if not sys.platform.startswith("linux") or os.environ.get("MALLOC_ARENA_MAX"):
+        return False
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return bool(mallopt(_M_ARENA_MAX, max(1, int(num_arenas))))

@@ -58,7 +58,7 @@ def command(args: tuple[str, ...], **kw: Any) -> None:
     from ..compute.backend import select_compute_backend
     from ..compute.utterances import nnet3_compute
     from ..io.table import classify_wspecifier
-    from ..threads import resolve_num_threads, use_blas_threads
+    from ..threads import limit_malloc_arenas, resolve_num_threads, use_blas_threads
     from .progress import Progress, progress_wanted
 
     opts = options_from(
@@ -72,6 +72,8 @@ def command(args: tuple[str, ...], **kw: Any) -> None:
         num_threads=resolve_num_threads(kw.pop("num_threads")))
     # The thread budget goes to utterances, not to BLAS: see pynnet3/threads.py.
     use_blas_threads(1)
+    if config.num_threads > 1:
+        limit_malloc_arenas(1)   # the workers share one heap (see threads.py)
     bar = (Progress("nnet3-compute", unit="frames", enabled=True)
            if progress_wanted(classify_wspecifier(args[2])[1]) else None)
     try:

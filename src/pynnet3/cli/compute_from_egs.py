@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from .common import bool_option, check_num_args, kaldi_command, run
-from .options import disk_cache_options, use_gpu_option
+from .options import apply_num_threads, disk_cache_options, num_threads_option, use_gpu_option
 
 USAGE = """Read input nnet training examples, and compute the output for each one.
 If --apply-exp=true, apply the Exp() function to the output before writing
@@ -18,6 +18,17 @@ nnet3-compute-from-egs --apply-exp=true 0.raw ark:1.egs ark:- | matrix-sum-rows 
 See also: nnet3-compute"""
 
 
+# --num-threads buys BLAS threads for the matrix products, and only when
+# given: by default the BLAS keeps to one thread, because its threads split
+# these products (hundreds of rows) with a spinning barrier each, which costs
+# more CPU than it saves wherever the cores are shared (bench/train.py's
+# egs, minibatches of 128 x 8 frames, on the project's loaded 2-core machine:
+# nnet3-train 8.3-11.0 s with one BLAS thread, 20-53 s with two;
+# nnet3-compute-prob 2.45 CPU seconds with one, 3.55 with two, no faster).
+BLAS_THREADS = 1
+BLAS_USE = ("the matrix products run on that many BLAS threads (one when not given: "
+            "faster for these products where the cores are shared).")
+
 @kaldi_command(USAGE)
 @bool_option("--binary", True, "Write output in binary mode (as in Kaldi, the matrices-out "
              "wspecifier decides: 'ark,t:' for text)")
@@ -28,10 +39,13 @@ See also: nnet3-compute"""
                 "CUDA build with its default 'yes'), else the CPU (as Kaldi's CPU build, where "
                 "the option has no effect).")
 @disk_cache_options()
+@num_threads_option(BLAS_USE)
 @click.argument("args", nargs=-1)
 def command(binary: bool, apply_exp: bool, output_name: str, use_gpu: str | None,
-            cache_dir: str, use_disk_cache: bool, args: tuple[str, ...]) -> None:
+            cache_dir: str, use_disk_cache: bool, num_threads: int,
+            args: tuple[str, ...]) -> None:
     check_num_args(args, (3,))
+    apply_num_threads(num_threads, BLAS_THREADS)
     from ..compile.model_io import read_nnet
     from ..compute.backend import select_compute_backend
     from ..train.compute_from_egs import NnetComputerFromEg, compute_from_egs

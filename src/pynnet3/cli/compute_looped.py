@@ -12,7 +12,8 @@ import click
 
 from ..compute.looped import Nnet3ComputeLoopedConfig, NnetSimpleLoopedComputationOptions
 from .common import check_num_args, kaldi_command, options_from, register_options, run
-from .options import (computation_options, computation_options_from, optimization_options,
+from .options import (apply_num_threads, computation_options, computation_options_from,
+                      num_threads_option, optimization_options,
                       optimize_options_from, use_gpu_option)
 
 USAGE = """Propagate the features through raw neural network model and write the output,
@@ -42,9 +43,13 @@ See also: nnet3-compute"""
 @click.option("--cpu-backend", type=click.Choice(["numpy", "numba"]), default="numpy",
               show_default=True, help="(pynnet3) How to compute on the CPU: numpy (NumPy and "
               "its BLAS only) or numba (the Numba backend's kernels for the row operations).")
+@num_threads_option("the matrix products run on that many BLAS threads (one when not "
+                    "given: the looped chunks' products are small, and BLAS threads split "
+                    "them with a spinning barrier each).")
 @click.argument("args", nargs=-1)
 def command(args: tuple[str, ...], **kw: Any) -> None:
     check_num_args(args, (3,))
+    apply_num_threads(kw.pop("num_threads"), 1)
     from ..compute.backend import select_compute_backend
     from ..compute.looped import nnet3_compute_looped
     from ..io.table import classify_wspecifier

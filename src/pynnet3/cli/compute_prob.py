@@ -8,7 +8,8 @@ import click
 from ..train.diagnostics import NnetComputeProbOptions
 from .common import (bool_option, check_num_args, kaldi_command, options_from, register_options,
                      run)
-from .options import build_compile_options, compiler_and_computation_options
+from .options import (apply_num_threads, build_compile_options,
+                      compiler_and_computation_options, num_threads_option)
 
 USAGE = """Computes and prints in logging messages the average log-prob per frame of
 the given data with an nnet3 neural net.  The input of this is the output of
@@ -19,6 +20,17 @@ Usage:  nnet3-compute-prob [options] <raw-model-in> <training-examples-in>
 e.g.: nnet3-compute-prob 0.raw ark:valid.egs"""
 
 
+# --num-threads buys BLAS threads for the matrix products, and only when
+# given: by default the BLAS keeps to one thread, because its threads split
+# these products (hundreds of rows) with a spinning barrier each, which costs
+# more CPU than it saves wherever the cores are shared (bench/train.py's
+# egs, minibatches of 128 x 8 frames, on the project's loaded 2-core machine:
+# nnet3-train 8.3-11.0 s with one BLAS thread, 20-53 s with two;
+# nnet3-compute-prob 2.45 CPU seconds with one, 3.55 with two, no faster).
+BLAS_THREADS = 1
+BLAS_USE = ("the matrix products run on that many BLAS threads (one when not given: "
+            "faster for these products where the cores are shared).")
+
 @kaldi_command(USAGE)
 @bool_option("--batchnorm-test-mode", True, "If true, set test-mode to true on any "
              "BatchNormComponents.")
@@ -28,10 +40,12 @@ e.g.: nnet3-compute-prob 0.raw ark:valid.egs"""
              "using it (for efficiency).")
 @register_options(NnetComputeProbOptions)
 @compiler_and_computation_options
+@num_threads_option(BLAS_USE)
 @click.argument("args", nargs=-1)
 def command(batchnorm_test_mode: bool, dropout_test_mode: bool, collapse_model: bool,
-            args: tuple[str, ...], **kwargs: Any) -> None:
+            num_threads: int, args: tuple[str, ...], **kwargs: Any) -> None:
     check_num_args(args, (2,))
+    apply_num_threads(num_threads, BLAS_THREADS)
     from ..compute.computer import NnetComputeOptions
     from ..nnet.collapse import CollapseModelConfig
     from ..nnet.collapse import collapse_model as collapse

@@ -28,7 +28,7 @@ from .common import bool_option, options_from, register_options
 __all__ = ["optimization_options", "optimize_options_from", "compiler_options",
            "compiler_options_from", "computation_options", "computation_options_from",
            "compiler_and_computation_options", "build_compile_options", "disk_cache_options",
-           "use_gpu_option"]
+           "use_gpu_option", "num_threads_option", "apply_num_threads"]
 
 OPTIMIZATION_PREFIX = "optimization"
 COMPILER_PREFIX = "compiler"
@@ -107,3 +107,33 @@ def use_gpu_option(default: str | None, help: str,
     return click.option("--use-gpu", default=default, show_default=default is not None,
                         type=click.Choice(list(USE_GPU_CHOICES)) if check_choice else str,
                         help=help)
+
+
+
+NUM_THREADS_SOURCES = ("0: the smallest of OMP_NUM_THREADS, OPENBLAS_NUM_THREADS, "
+                       "MKL_NUM_THREADS and NUMBA_NUM_THREADS where set, else the cores "
+                       "available to the process.")
+
+
+def num_threads_option(use: str) -> Callable[[Callable], Callable]:
+    """pynnet3's ``--num-threads`` (as ``num_threads``): the process's thread
+    budget (:mod:`pynnet3.threads`); ``use`` says what this binary spends it
+    on."""
+    return click.option("--num-threads", type=int, default=0, show_default=True,
+                        help=f"(pynnet3) Threads to use: {use}  {NUM_THREADS_SOURCES}")
+
+
+def apply_num_threads(requested: int, default_blas_threads: int | None = None) -> int:
+    """Resolves ``--num-threads`` (:func:`pynnet3.threads.resolve_num_threads`)
+    and sets the BLAS threads: the budget when ``--num-threads`` was given
+    (> 0) or ``default_blas_threads`` is None, else at most
+    ``default_blas_threads``; returns the budget."""
+    from ..threads import resolve_num_threads, use_blas_threads
+
+    if requested < 0:
+        raise click.UsageError("--num-threads must be >= 0")
+    budget = resolve_num_threads(requested)
+    blas = budget if requested > 0 or default_blas_threads is None \
+        else min(default_blas_threads, budget)
+    use_blas_threads(blas)
+    return budget

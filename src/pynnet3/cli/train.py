@@ -8,7 +8,8 @@ import click
 from ..train.trainer import NnetTrainerOptions
 from .common import (bool_option, check_num_args, kaldi_command, options_from, register_options,
                      run)
-from .options import build_compile_options, compiler_and_computation_options, use_gpu_option
+from .options import (apply_num_threads, build_compile_options,
+                      compiler_and_computation_options, num_threads_option, use_gpu_option)
 
 USAGE = """Train nnet3 neural network parameters with backprop and stochastic
 gradient descent.  Minibatches are to be created by nnet3-merge-egs in
@@ -34,6 +35,17 @@ output model is written atomically (temporary file and rename).  A progress
 line is shown on stderr when it is a terminal."""
 
 
+# --num-threads buys BLAS threads for the matrix products, and only when
+# given: by default the BLAS keeps to one thread, because its threads split
+# these products (hundreds of rows) with a spinning barrier each, which costs
+# more CPU than it saves wherever the cores are shared (bench/train.py's
+# egs, minibatches of 128 x 8 frames, on the project's loaded 2-core machine:
+# nnet3-train 8.3-11.0 s with one BLAS thread, 20-53 s with two;
+# nnet3-compute-prob 2.45 CPU seconds with one, 3.55 with two, no faster).
+BLAS_THREADS = 1
+BLAS_USE = ("the matrix products run on that many BLAS threads (one when not given: "
+            "faster for these products where the cores are shared).")
+
 @kaldi_command(USAGE)
 @click.option("--srand", type=int, default=0, show_default=True,
               help="Seed for random number generator ")
@@ -51,10 +63,13 @@ line is shown on stderr when it is a terminal."""
     "momentum", "l2_regularize_factor", "batchnorm_stats_scale", "backstitch_training_scale",
     "backstitch_training_interval", "read_cache", "write_cache", "binary_write_cache"))
 @compiler_and_computation_options
+@num_threads_option(BLAS_USE)
 @click.argument("args", nargs=-1)
-def command(srand: int, binary: bool, use_gpu: str, cpu_backend: str, args: tuple[str, ...],
+def command(srand: int, binary: bool, use_gpu: str, cpu_backend: str, num_threads: int,
+            args: tuple[str, ...],
             **kwargs: Any) -> None:
     check_num_args(args, (3,))
+    apply_num_threads(num_threads, BLAS_THREADS)
     from .. import log
     from ..compute.backend import select_compute_backend
     from ..compute.computer import NnetComputeOptions

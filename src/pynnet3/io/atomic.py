@@ -33,14 +33,14 @@ become a symbolic link, FIFO or device is swapped for a regular file.
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import re
-import socket
 import stat
 import time
 import weakref
 from typing import BinaryIO
+
+from .hashing import sha1
 
 __all__ = ["AtomicFile", "HOST_TAG", "STALE_SECONDS", "TEMP_MARKER", "atomic_write", "open_atomic",
            "remove_stale_temps", "temp_prefix"]
@@ -55,11 +55,21 @@ _MAX_NAME_IN_TEMP = 160
 _SPECIAL_TREES = ("/dev/", "/proc/")
 
 
+def _host_name() -> str:
+    # os.uname() is the same gethostname(2) answer without loading the
+    # socket module.
+    if hasattr(os, "uname"):
+        return os.uname().nodename
+    import socket
+
+    return socket.gethostname()
+
+
 def _host_tag() -> str:
     """This host's name and, where there is one, the PID namespace's number:
     a pid is checked only against processes that this process can see
     (containers on one host may share a name and a file system)."""
-    name = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname() or "host")[:24] or "host"
+    name = re.sub(r"[^A-Za-z0-9-]", "-", _host_name() or "host")[:24] or "host"
     try:
         return f"{name}-{os.stat('/proc/self/ns/pid').st_ino:x}"
     except OSError:
@@ -72,7 +82,7 @@ HOST_TAG = _host_tag()
 def temp_prefix(name: str) -> str:
     """The start of the temporary names of a file named ``name`` (a base name)."""
     if len(name.encode("utf-8", "surrogateescape")) > _MAX_NAME_IN_TEMP:
-        digest = hashlib.sha1(name.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+        digest = sha1(name.encode("utf-8", "surrogateescape")).hexdigest()[:16]
         name = name[:64] + "~" + digest
     return "." + name + TEMP_MARKER
 

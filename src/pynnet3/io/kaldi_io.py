@@ -401,7 +401,11 @@ class KaldiWriter:
             self.write_token("DM" if double else "FM")
             self.write_int32(rows)
             self.write_int32(cols)
-            self.buf.write(np.ascontiguousarray(mat, dtype="<f8" if double else "<f4").tobytes())
+            # (the array's buffer itself: .tobytes() would be one more copy of
+            # a matrix that may be megabytes)
+            data = np.ascontiguousarray(mat, dtype="<f8" if double else "<f4")
+            if data.size:      # (memoryview cannot cast an empty shape)
+                self.buf.write(memoryview(data).cast("B"))
             return
         if cols == 0:
             self.buf.write(b" [ ]\n")

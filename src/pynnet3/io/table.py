@@ -534,12 +534,15 @@ class TableWriter:
             raise FormatError(f"using invalid key '{key}'", where=self.wspecifier)
         w = KaldiWriter(self.opts.binary)
         self.holder.write(w, obj)
-        body = (b"\0B" if self.opts.binary else b"") + w.getvalue()
+        # Written in two parts, not joined: joining copies the whole object.
+        prefix = b"\0B" if self.opts.binary else b""
+        body = w.getvalue()
         if self.kind == "scp":
             if key not in self._script_map:
                 raise FormatError(f"no entry for key {key} in script file", where=self.script_name)
             f = open_wxfilename(self._script_map[key])
             try:
+                f.write(prefix)
                 f.write(body)
             except BaseException:
                 abort_stream(f)
@@ -553,8 +556,9 @@ class TableWriter:
         if self._script is not None:
             self._script.write(f"{key} {self.archive_name}:{self._offset}\n".encode(
                 "utf-8", "surrogateescape"))
+        self._archive.write(prefix)
         self._archive.write(body)
-        self._offset += len(body)
+        self._offset += len(prefix) + len(body)
         if self.opts.flush:
             self._archive.flush()
 

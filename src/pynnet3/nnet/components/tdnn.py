@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ...blas import add_mat_mat
 from ...io.kaldi_io import KaldiReader, KaldiWriter, f32
 from ..config_line import ConfigLine, parse_int32
 from ..index import K_NO_TIME, Index, index_columns
@@ -334,6 +335,8 @@ class TdnnComponent(AffineParamsMixin, UpdatableComponent):
         # splicing copy), as Kaldi's Propagate.  With a bias the first product
         # goes straight into out_value and the bias is added to it: b + x0 ==
         # x0 + b exactly, so the sums are Kaldi's ((b + x0) + x1) + ...
+        # The products after the first accumulate inside the sgemm (beta = 1,
+        # Kaldi's AddMatMat): no temporary and no extra pass over out_value.
         for i, row_offset in enumerate(indexes.row_offsets):
             part = _input_part(in_value, num_rows, stride, row_offset)
             weights = self.linear_params[:, i * d:(i + 1) * d].T
@@ -341,7 +344,7 @@ class TdnnComponent(AffineParamsMixin, UpdatableComponent):
                 np.matmul(part, weights, out=out_value)
                 out_value += self.bias_params
             else:
-                out_value += part @ weights
+                add_mat_mat(1.0, part, weights, 1.0, out_value)
         if has_bias and not indexes.row_offsets:
             out_value[...] = self.bias_params
         return None

@@ -126,7 +126,15 @@ def _sorted_distinct(values: np.ndarray) -> np.ndarray:
     # for the few hundred values of a tiling's base.)
     if values.size <= 512:
         return np.array(sorted(set(values.tolist())), dtype=np.int64)
-    return np.unique(values)
+    # (sort + neighbour test: what np.unique does for a 1-d array, without
+    # its import of numpy.ma, 1.3 MB that nnet3-compute has no other use for)
+    s = np.sort(values, axis=None)
+    if s.size == 0:
+        return s
+    keep = np.empty(s.size, dtype=bool)
+    keep[0] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return s[keep]
 
 
 def _distinct_nx_and_t(indexes: list) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,60 @@
+"""What nnet3-compute loads: the modules that cost resident memory and that
+a run of a network does not need stay out (issue 15: peak memory within 2x
+of Kaldi's), and the hashing that replaced hashlib gives hashlib's digests."""
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+
+import numpy as np
+
+from pynnet3.io.hashing import sha1, sha256
+from pynnet3.nnet.components.tdnn_indexes import _sorted_distinct
+
+
+def test_hashing_matches_hashlib() -> None:
+    for data in (b"", b"abc", bytes(range(256)) * 1000):
+        assert sha256(data).hexdigest() == hashlib.sha256(data).hexdigest()
+        assert sha1(data).hexdigest() == hashlib.sha1(data).hexdigest()
+        h = sha256()
+        h.update(data[:7])
+        h.update(data[7:])
+        assert h.digest() == hashlib.sha256(data).digest()
+
+
+def test_sorted_distinct_matches_unique() -> None:
+    rng = np.random.default_rng(1)
+    for size in (0, 1, 513, 5000):
+        values = rng.integers(-50, 50, size=size).astype(np.int64)
+        assert np.array_equal(_sorted_distinct(values), np.unique(values))
+
+
+HEAVY = ("_hashlib", "numpy.random", "numpy.ma", "socket", "scipy", "numba", "matplotlib",
+         "kaldiio")
+
+
+def test_compute_cli_import_leaves_heavy_modules_out() -> None:
+    code = ("import sys; import pynnet3.cli.compute, pynnet3.compute.utterances, "
+            "pynnet3.compile.model_io, pynnet3.cache, pynnet3.io.table; "
+            f"print([m for m in {HEAVY!r} if m in sys.modules])")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert p.stdout.strip() == "[]", p.stdout
+
+
+def test_binary_matrix_bytes_unchanged_for_any_shape() -> None:
+    """The matrix writer hands its buffer over without tobytes(): the bytes
+    are those of the old writer, empty and strided matrices included."""
+    from pynnet3.io.kaldi_io import KaldiWriter
+
+    for mat in (np.zeros((0, 0), np.float32), np.zeros((3, 0), np.float32),
+                np.zeros((0, 4), np.float32), np.arange(12, dtype=np.float64).reshape(3, 4),
+                np.arange(40, dtype=np.float32).reshape(5, 8)[::2, 1::3]):
+        for double in (False, True):
+            w = KaldiWriter(True)
+            w.write_matrix(mat, double)
+            rows, cols = mat.shape
+            head = (b"DM " if double else b"FM ") + b"\x04" + np.int32(rows).tobytes() \
+                + b"\x04" + np.int32(cols).tobytes()
+            body = np.ascontiguousarray(mat, dtype="<f8" if double else "<f4").tobytes()
+            assert w.getvalue() == head + body
