@@ -29,6 +29,7 @@ BLAS threads for callers whose products are large enough to profit.
 from __future__ import annotations
 
 import ctypes
+import importlib
 import os
 import sys
 from typing import Iterator
@@ -163,6 +164,22 @@ def use_blas_threads(num_threads: int) -> dict[str, int]:
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = value
     return set_blas_threads(num_threads)
+
+
+
+def default_blas_threads() -> None:
+    """Every binary starts with one BLAS thread unless the user set one of
+    the thread variables: OpenBLAS's own default (a thread per core) splits
+    the mid-sized products of nnet3 computations and training steps across
+    threads whose barriers spin, which made two cores several times slower
+    than one (docs/performance.md).  A binary that profits from more BLAS
+    threads asks for them later (``--num-threads``, :func:`use_blas_threads`).
+    Nothing is exported, so :func:`resolve_num_threads` still sees only the
+    user's variables, and child processes (pipes) keep their own defaults."""
+    if env_num_threads() is not None:
+        return
+    importlib.import_module("numpy")  # loads NumPy's OpenBLAS, whose threads are set here
+    set_blas_threads(1)
 
 
 # glibc's mallopt parameter for the number of malloc arenas.

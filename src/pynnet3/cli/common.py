@@ -300,6 +300,9 @@ def _run(command: click.Command, prog: str, argv: Sequence[str] | None) -> int:
         sys.stdout = _ClosedStdout()  # type: ignore[assignment]
     sys.stderr.write(" ".join([prog] + [shlex.quote(a) for a in argv]) + "\n")
     try:
+        from ..threads import default_blas_threads
+
+        default_blas_threads()
         args = normalize_argv(argv, command)
         # With standalone_mode=False click returns (not raises) the status of
         # an Exit(n) raised inside the command: that status is the binary's.
