@@ -630,7 +630,11 @@ def _build(init_node, init_n, init_t, init_x, num_in, max_distance, kind, needs_
             stack_c = grow(stack_c, cap)
             stack_i = grow(stack_i, cap)
         if 2 * (count + room) > slots.shape[0]:
-            slots = _rehash(state, count, 4 * slots.shape[0])
+            # (Doubling keeps the table between a quarter and half full.)
+            size = 2 * slots.shape[0]
+            while 2 * (count + room) > size:
+                size *= 2
+            slots = _rehash(state, count, size)
         deps = _grow_used(deps, sc[S_NUM_DEPS], sc[S_NUM_DEPS] + room)
         raw = _grow_used(raw, sc[S_NUM_RAW], sc[S_NUM_RAW] + room)
         need = sc[S_NUM_EDGES] + room
