@@ -72,7 +72,6 @@ _I64 = np.int64
 # request that would need more than 2**31 dependencies goes to the Python
 # code), and a statistics-pooling request reaches tens of millions of
 # cindexes with ~10,000 dependencies for each window.
-_I32 = np.int32
 _LIMIT = 2 ** 31 - 1
 _MAX_TERMS = MAX_TERMS
 
