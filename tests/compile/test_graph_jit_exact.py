@@ -296,3 +296,33 @@ def test_window_component_at_a_time_it_lacks():
     b = ComputationGraphBuilder(nnet)
     with pytest.raises(PynnetError, match="not a multiple of its input-period"):
         b.compute(req)
+
+
+def test_unpruned_graph_arrays_made_only_when_read():
+    """The compiled builder's unpruned graph (large for statistics pooling) is
+    turned into GraphArrays only if something reads the graph before prune();
+    len() answers without it, and prune() works from the builder's state."""
+    nnet = nnet_from_config(_STATS)
+    req = ComputationRequest(inputs=[IoSpecification("input", frames_of(-20, 40, 2))],
+                             outputs=[IoSpecification("output", frames_of(0, 12, 2))])
+    b = ComputationGraphBuilder(nnet)
+    b.compute(req)
+    assert b._jit is not None, "the compiled path did not run"
+    assert b._jit.state.dtype.itemsize == 4 and b._jit.deps.dtype.itemsize == 4
+    g = b.graph
+    make = g._make_arrays
+    assert make is not None and not g.has_lists()
+    made = []
+    g._make_arrays = lambda: made.append(1) or make()
+    num = len(g)
+    assert num == len(b._jit) and not made
+    b.prune()
+    assert not made and g._make_arrays is None and g.segment_ends == [len(g)]
+    # Read before prune(): made then, equal to the Python path's graph.
+    b2 = ComputationGraphBuilder(nnet)
+    b2.compute(req)
+    ref = graph_builder(nnet, False)
+    ref.compute(req)
+    assert len(b2.graph) == num == len(ref.graph)
+    assert list(b2.graph.cindexes) == list(ref.graph.cindexes)
+    assert [list(d) for d in b2.graph.dependencies] == [list(d) for d in ref.graph.dependencies]

@@ -294,7 +294,9 @@ class ComputationGraphBuilder:
         if jit is None:
             return False
         self.request = request
-        self.graph.set_arrays(jit.graph_arrays())
+        # (Made only if read before prune(), which works from the builder's
+        # own state: for a statistics-pooling request they are large.)
+        self.graph.set_arrays_lazy(jit.graph_arrays, len(jit))
         self._jit = jit
         self.current_distance = jit.distance
         self.current_queue, self.next_queue = [], []

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 from itertools import chain, repeat
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -86,17 +86,40 @@ class ComputationGraph:
         self._dependencies: list[list[int]] | None = []
         self._ids: dict[tuple, int] | None = {}
         self.segment_ends: list[int] = []
-        self._arrays: GraphArrays | None = None
+        self._arrays_value: GraphArrays | None = None
+        # set_arrays_lazy(): what makes the arrays, and their length.
+        self._make_arrays: Callable[[], GraphArrays] | None = None
+        self._lazy_len = 0
 
     # -- the two representations ----------------------------------------------------
+    @property
+    def _arrays(self) -> GraphArrays | None:
+        if self._make_arrays is not None:
+            self._arrays_value = self._make_arrays()
+            self._make_arrays = None
+        return self._arrays_value
+
+    @_arrays.setter
+    def _arrays(self, arrays: GraphArrays | None) -> None:
+        self._arrays_value = arrays
+        self._make_arrays = None
+
     def set_arrays(self, arrays: GraphArrays) -> None:
         """Replace the whole content (not segment_ends) by ``arrays``."""
         self._arrays = arrays
         self._cindexes = self._is_input = self._dependencies = self._ids = None
 
+    def set_arrays_lazy(self, make: Callable[[], GraphArrays], num: int) -> None:
+        """As set_arrays(make()), ``num`` cindexes, with make() called when
+        the graph is first read: an unpruned graph that is pruned at once
+        (by the builder, from its own state) is never made."""
+        self.set_arrays(None)      # type: ignore[arg-type]
+        self._make_arrays = make
+        self._lazy_len = num
+
     def has_lists(self) -> bool:
         """False while the graph is held as arrays (some lists may be made)."""
-        return self._arrays is None
+        return self._arrays_value is None and self._make_arrays is None
 
     def arrays(self) -> GraphArrays:
         """The graph as columns: free while it is held as arrays (reading the
@@ -182,6 +205,8 @@ class ComputationGraph:
         return cid, True
 
     def __len__(self) -> int:
+        if self._make_arrays is not None:
+            return self._lazy_len
         return len(self._arrays.node) if self._arrays is not None else len(self._cindexes)
 
     def renumber(self, start_cindex_id: int, keep: Sequence[bool]) -> None:

@@ -67,6 +67,12 @@ if TYPE_CHECKING:
     from ...nnet.nnet import Nnet
 
 _I64 = np.int64
+# The per-cindex state, the dependency and edge lists, the hash slots and
+# queues are int32: cindex ids, list positions and Index values all fit (a
+# request that would need more than 2**31 dependencies goes to the Python
+# code), and a statistics-pooling request reaches tens of millions of
+# cindexes with ~10,000 dependencies for each window.
+_LIMIT = 2 ** 31 - 1
 _MAX_TERMS = MAX_TERMS
 
 # Status codes.
@@ -86,12 +92,25 @@ _UNKNOWN, _COMPUTABLE, _NOT_COMPUTABLE = 0, 1, 2
 # -- compiled helpers --------------------------------------------------------------------
 
 @lazy_njit(cache=True, nogil=True)
-def _grow_rows(a, need):
+def _grow_rows(a, used, need):
+    """``a``, or a copy with room for ``need`` rows of which the first
+    ``used`` are copied (the rest is left untouched: not resident)."""
     if need <= a.shape[0]:
         return a
     size = max(need, 2 * a.shape[0] + 16)
     b = np.empty((size, a.shape[1]), dtype=a.dtype)
-    b[:a.shape[0]] = a
+    b[:used] = a[:used]
+    return b
+
+
+@lazy_njit(cache=True, nogil=True)
+def _grow_used(a, used, need):
+    """As jit_bulk.grow, copying only the first ``used`` entries."""
+    if need <= a.shape[0]:
+        return a
+    size = max(need, 2 * a.shape[0] + 16)
+    b = np.empty(size, dtype=a.dtype)
+    b[:used] = a[:used]
     return b
 
 
@@ -124,7 +143,7 @@ def _find(slots, state, nd, n, t, x):
 
 @lazy_njit(cache=True, nogil=True)
 def _rehash(state, count, size):
-    slots = np.full(size, -1, dtype=np.int64)
+    slots = np.full(size, -1, dtype=np.int32)
     mask = size - 1
     for c in range(count):
         i = _hash(state[c, C_NODE], state[c, C_N], state[c, C_T], state[c, C_X], mask)
@@ -223,7 +242,7 @@ _ROOM = _MAX_TERMS
 
 @lazy_njit(cache=True, nogil=True)
 def _run(sc, max_distance, state, slots, queues, stack_c, stack_i, deps, raw, edge_src,
-         edge_dst, edge_next, kind, needs_time, term_start, term_count, term_root, fwd,
+         edge_next, kind, needs_time, term_start, term_count, term_root, fwd,
          switch_table, prog_start, prog_len, prog, range_spec, room):
     """The iterations of BuildGraphOneIter until the queue is empty: OK,
     FALLBACK, LOOP, or _NEED_ROOM (before taking a cindex whose expansion
@@ -265,7 +284,9 @@ def _run(sc, max_distance, state, slots, queues, stack_c, stack_i, deps, raw, ed
                     status = FALLBACK
                     break
                 raw_start = num_raw
-                n0, t0, x0 = state[cid, C_N], state[cid, C_T], state[cid, C_X]
+                n0 = np.int64(state[cid, C_N])
+                t0 = np.int64(state[cid, C_T])
+                x0 = np.int64(state[cid, C_X])
                 failed = False
                 first = 0
                 window = range_spec[nd, 0]
@@ -325,7 +346,17 @@ def _run(sc, max_distance, state, slots, queues, stack_c, stack_i, deps, raw, ed
                 nuniq = 0
                 if window > 0:
                     nuniq = num_raw - raw_start
-                    scratch[:nuniq] = np.sort(raw[raw_start:num_raw])
+                    # (Nearly always in order already: new cindexes are
+                    # numbered as the window is walked.)
+                    in_order = True
+                    for k in range(raw_start + 1, num_raw):
+                        if raw[k - 1] > raw[k]:
+                            in_order = False
+                            break
+                    if in_order:
+                        scratch[:nuniq] = raw[raw_start:num_raw]
+                    else:
+                        scratch[:nuniq] = np.sort(raw[raw_start:num_raw])
                 for k in range(raw_start, num_raw if window == 0 else raw_start):
                     v = raw[k]
                     j = nuniq
@@ -366,8 +397,9 @@ def _run(sc, max_distance, state, slots, queues, stack_c, stack_i, deps, raw, ed
                 # depend_on_this, and the usable counts of what it depends on.
                 for k in range(dep_start, dep_start + nuniq):
                     dep = deps[k]
+                    # (Edge k runs from cid to deps[k]: edges and deps are
+                    # appended together.)
                     edge_src[num_edges] = cid
-                    edge_dst[num_edges] = dep
                     edge_next[num_edges] = -1
                     if state[dep, C_DOT_HEAD] < 0:
                         state[dep, C_DOT_HEAD] = num_edges
@@ -530,30 +562,28 @@ def _build(init_node, init_n, init_t, init_x, num_in, max_distance, kind, needs_
            term_count, term_root, fwd, switch_table, prog_start, prog_len, prog, range_spec,
            room):
     """(status, count, distance, num_deps, num_raw, num_edges, state, deps, raw,
-    edge_src, edge_dst): the arrays are valid up to count, num_deps, num_raw,
-    num_edges.
+    edge_src): the arrays are valid up to count, num_deps, num_raw, num_edges.
 
     The first ``num_in`` initial cindexes are the request's inputs, the rest
     its outputs.  ``state`` rows are the cindexes (C_* columns); ``deps`` /
     ``raw`` hold each cindex's sorted unique / get_dependencies()-order
     dependencies at C_DEP_START / C_RAW_START; edge k says that
-    ``edge_src[k]`` was appended to depend_on_this of ``edge_dst[k]``.
+    ``edge_src[k]`` was appended to depend_on_this of ``deps[k]``.
     """
     num_init = init_node.shape[0]
     cap = max(1024, 4 * num_init) + room
-    state = np.zeros((cap, NUM_COLS), dtype=np.int64)
+    state = np.zeros((cap, NUM_COLS), dtype=np.int32)
     size = 4096
     while size < 4 * cap:
         size *= 2
-    slots = np.full(size, -1, dtype=np.int64)
-    queues = np.empty((2, cap), dtype=np.int64)
-    stack_c = np.empty(cap, dtype=np.int64)
-    stack_i = np.empty(cap, dtype=np.int64)
-    deps = np.empty(4 * cap, dtype=np.int64)
-    raw = np.empty(4 * cap, dtype=np.int64)
-    edge_src = np.empty(4 * cap, dtype=np.int64)
-    edge_dst = np.empty(4 * cap, dtype=np.int64)
-    edge_next = np.empty(4 * cap, dtype=np.int64)
+    slots = np.full(size, -1, dtype=np.int32)
+    queues = np.empty((2, cap), dtype=np.int32)
+    stack_c = np.empty(cap, dtype=np.int32)
+    stack_i = np.empty(cap, dtype=np.int32)
+    deps = np.empty(4 * cap, dtype=np.int32)
+    raw = np.empty(4 * cap, dtype=np.int32)
+    edge_src = np.empty(4 * cap, dtype=np.int32)
+    edge_next = np.empty(4 * cap, dtype=np.int32)
     sc = np.zeros(8, dtype=np.int64)
     # AddInputs, AddOutputs (the outputs make the first queue).
     count = 0
@@ -561,7 +591,7 @@ def _build(init_node, init_n, init_t, init_x, num_in, max_distance, kind, needs_
     for i in range(num_init):
         c, pos = _find(slots, state, init_node[i], init_n[i], init_t[i], init_x[i])
         if c >= 0:
-            return DUPLICATE, 0, 0, 0, 0, 0, state, deps, raw, edge_src, edge_dst
+            return DUPLICATE, 0, 0, 0, 0, 0, state, deps, raw, edge_src
         c = count
         count += 1
         slots[pos] = c
@@ -583,29 +613,36 @@ def _build(init_node, init_n, init_t, init_x, num_in, max_distance, kind, needs_
     sc[S_NUM_CUR] = num_queued
     while True:
         status = _run(sc, max_distance, state, slots, queues, stack_c, stack_i, deps, raw,
-                      edge_src, edge_dst, edge_next, kind, needs_time, term_start, term_count,
+                      edge_src, edge_next, kind, needs_time, term_start, term_count,
                       term_root, fwd, switch_table, prog_start, prog_len, prog, range_spec, room)
         if status != _NEED_ROOM:
             break
         count = sc[S_COUNT]
+        if (4 * (count + room) > _LIMIT or sc[S_NUM_DEPS] + room > _LIMIT
+                or sc[S_NUM_RAW] + room > _LIMIT):
+            status = FALLBACK       # (beyond the int32 arrays)
+            break
         if count + room > state.shape[0]:
             cap = 2 * state.shape[0]
-            state = _grow_rows(state, cap)
+            state = _grow_rows(state, count, cap)
             queues = _grow_queues(queues, cap)
             stack_c = grow(stack_c, cap)
             stack_i = grow(stack_i, cap)
         if 2 * (count + room) > slots.shape[0]:
-            slots = _rehash(state, count, 4 * slots.shape[0])
-        deps = grow(deps, sc[S_NUM_DEPS] + room)
-        raw = grow(raw, sc[S_NUM_RAW] + room)
+            # (Doubling keeps the table between a quarter and half full.)
+            size = 2 * slots.shape[0]
+            while 2 * (count + room) > size:
+                size *= 2
+            slots = _rehash(state, count, size)
+        deps = _grow_used(deps, sc[S_NUM_DEPS], sc[S_NUM_DEPS] + room)
+        raw = _grow_used(raw, sc[S_NUM_RAW], sc[S_NUM_RAW] + room)
         need = sc[S_NUM_EDGES] + room
-        edge_src = grow(edge_src, need)
-        edge_dst = grow(edge_dst, need)
-        edge_next = grow(edge_next, need)
+        edge_src = _grow_used(edge_src, sc[S_NUM_EDGES], need)
+        edge_next = _grow_used(edge_next, sc[S_NUM_EDGES], need)
     if status != OK:
-        return status, 0, 0, 0, 0, 0, state, deps, raw, edge_src, edge_dst
+        return status, 0, 0, 0, 0, 0, state, deps, raw, edge_src
     return (OK, sc[S_COUNT], sc[S_DISTANCE], sc[S_NUM_DEPS], sc[S_NUM_RAW], sc[S_NUM_EDGES],
-            state, deps, raw, edge_src, edge_dst)
+            state, deps, raw, edge_src)
 
 
 # -- Prune ------------------------------------------------------------------------------------
@@ -619,7 +656,7 @@ def _prune(state, deps, raw, kind, is_output, prog_start, prog_len, prog, range_
     mask_stack = np.zeros(_MAX_TERMS * 2 + 8, dtype=np.int64)
     scratch = np.empty(_MAX_TERMS, dtype=np.int64)
     start = np.zeros(count + 1, dtype=np.int64)
-    flat = np.empty(deps.shape[0], dtype=np.int64)
+    flat = np.empty(deps.shape[0], dtype=np.int32)
     keep = np.zeros(count, dtype=np.bool_)
     pos = 0
     # PruneDependencies: only what is really used stays.
@@ -674,7 +711,7 @@ def _prune(state, deps, raw, kind, is_output, prog_start, prog_len, prog, range_
     start[count] = pos
     # What the outputs need.
     required = np.zeros(count, dtype=np.bool_)
-    stack = np.empty(count, dtype=np.int64)
+    stack = np.empty(count, dtype=np.int32)
     top = 0
     for c in range(count):
         if is_output[state[c, C_NODE]]:
@@ -690,7 +727,7 @@ def _prune(state, deps, raw, kind, is_output, prog_start, prog_len, prog, range_
                 required[dep] = True
                 stack[top] = dep
                 top += 1
-    old2new = np.full(count, -1, dtype=np.int64)
+    old2new = np.full(count, -1, dtype=np.int32)
     num_kept = 0
     for c in range(count):
         if required[c] and state[c, C_USABLE] == 0:
@@ -704,7 +741,7 @@ def _prune(state, deps, raw, kind, is_output, prog_start, prog_len, prog, range_
             num_kept += 1
     # Renumber.
     new_start = np.zeros(num_kept + 1, dtype=np.int64)
-    new_flat = np.empty(pos, dtype=np.int64)
+    new_flat = np.empty(pos, dtype=np.int32)
     p = 0
     for c in range(count):
         if not keep[c]:
@@ -719,6 +756,20 @@ def _prune(state, deps, raw, kind, is_output, prog_start, prog_len, prog, range_
     return OK, keep, new_start, new_flat, p
 
 
+@lazy_njit(cache=True, nogil=True)
+def _gather_deps(state, deps):
+    """(offsets, flat): each cindex's sorted dependencies, in cindex order."""
+    count = state.shape[0]
+    offsets = np.zeros(count + 1, dtype=np.int64)
+    for c in range(count):
+        offsets[c + 1] = offsets[c] + state[c, C_DEP_LEN]
+    flat = np.empty(offsets[count], dtype=np.int32)
+    for c in range(count):
+        p = state[c, C_DEP_START]
+        flat[offsets[c]:offsets[c + 1]] = deps[p:p + state[c, C_DEP_LEN]]
+    return offsets, flat
+
+
 # -- the Python side ----------------------------------------------------------------------------
 
 class JitGraph:
@@ -726,7 +777,7 @@ class JitGraph:
 
     def __init__(self, plan: JitPlan, num_in: int, num_out: int, distance: int,
                  state: np.ndarray, deps: np.ndarray, raw: np.ndarray,
-                 edge_src: np.ndarray, edge_dst: np.ndarray) -> None:
+                 edge_src: np.ndarray) -> None:
         self.plan = plan
         self.num_in = num_in
         self.num_out = num_out
@@ -734,8 +785,8 @@ class JitGraph:
         self.state = state
         self.deps = deps
         self.raw = raw
+        # Edge k: edge_src[k] depends on deps[k] (they are appended together).
         self.edge_src = edge_src
-        self.edge_dst = edge_dst
 
     def __len__(self) -> int:
         return len(self.state)
@@ -747,22 +798,18 @@ class JitGraph:
     def graph_arrays(self) -> "Any":
         """The unpruned graph as GraphArrays (dependencies sorted, unique)."""
         s = self.state
-        lens = s[:, C_DEP_LEN]
-        offsets = np.zeros(len(s) + 1, dtype=_I64)
-        np.cumsum(lens, out=offsets[1:])
-        total = int(offsets[-1])
-        gather = np.repeat(s[:, C_DEP_START] - offsets[:-1], lens) + np.arange(total, dtype=_I64)
-        return GraphArrays(s[:, C_NODE].astype(np.int32), s[:, C_N].astype(np.int32),
-                           s[:, C_T].astype(np.int32), s[:, C_X].astype(np.int32),
-                           s[:, C_IS_INPUT] != 0, offsets, self.deps[gather].astype(np.int32))
+        offsets, flat = _gather_deps(s, self.deps)
+        return GraphArrays(s[:, C_NODE].copy(), s[:, C_N].copy(), s[:, C_T].copy(),
+                           s[:, C_X].copy(), s[:, C_IS_INPUT] != 0, offsets, flat)
 
     def depend_on_this(self) -> list[list[int]]:
         """Per cindex_id, who depends on it, in the order they were added."""
         num = len(self.state)
-        order = np.argsort(self.edge_dst, kind="stable")
+        edge_dst = self.deps[:len(self.edge_src)]
+        order = np.argsort(edge_dst, kind="stable")
         src = self.edge_src[order].tolist()
         bounds = np.zeros(num + 1, dtype=_I64)
-        np.cumsum(np.bincount(self.edge_dst, minlength=num), out=bounds[1:])
+        np.cumsum(np.bincount(edge_dst, minlength=num), out=bounds[1:])
         b = bounds.tolist()
         return [src[b[i]:b[i + 1]] for i in range(num)]
 
@@ -798,9 +845,9 @@ class JitGraph:
         if status != OK:
             return None
         s = self.state[keep]
-        return GraphArrays(s[:, C_NODE].astype(np.int32), s[:, C_N].astype(np.int32),
-                           s[:, C_T].astype(np.int32), s[:, C_X].astype(np.int32),
-                           s[:, C_IS_INPUT] != 0, offsets, flat[:num_flat].astype(np.int32))
+        return GraphArrays(s[:, C_NODE].copy(), s[:, C_N].copy(), s[:, C_T].copy(),
+                           s[:, C_X].copy(), s[:, C_IS_INPUT] != 0, offsets,
+                           flat[:num_flat].copy())
 
 
 def build_graph_jit(plan: JitPlan, nnet: "Nnet", request: Any,
@@ -831,8 +878,8 @@ def build_graph_jit(plan: JitPlan, nnet: "Nnet", request: Any,
     if rows.min() < INT32_MIN or rows.max() > INT32_MAX:
         return None
     init_node = np.concatenate(nodes)
-    (status, count, distance, num_deps, num_raw, num_edges, state, deps, raw, edge_src,
-     edge_dst) = _build(
+    (status, count, distance, num_deps, num_raw, num_edges, state, deps, raw,
+     edge_src) = _build(
         init_node, np.ascontiguousarray(rows[:, 0]), np.ascontiguousarray(rows[:, 1]),
         np.ascontiguousarray(rows[:, 2]), num_in, max_distance, plan.kind, plan.needs_time,
         plan.term_start,
@@ -841,4 +888,4 @@ def build_graph_jit(plan: JitPlan, nnet: "Nnet", request: Any,
     if status != OK:
         return None
     return JitGraph(plan, num_in, num_out, distance, state[:count], deps[:num_deps],
-                    raw[:num_raw], edge_src[:num_edges], edge_dst[:num_edges])
+                    raw[:num_raw], edge_src[:num_edges])
