@@ -105,10 +105,11 @@ def test_variables_compiled_loop_matches_numpy(seed: int) -> None:
         assert fast.variables_for_submatrix(s) == slow.variables_for_submatrix(s)
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(12))
 def test_access_summary_compiled_loop_matches_its_python_code(seed: int) -> None:
-    """access_summary_arrays: the Numba loop (large computations) and the same
-    code interpreted (small ones, and analysis_jit=False) give equal arrays."""
+    """access_summary_arrays: the Numba loop (large computations), its NumPy
+    counterpart (small ones) and the loop's code interpreted
+    (analysis_jit=False) give equal arrays."""
     from pynnet3.optimize.analysis import access_summary_arrays
 
     rng = np.random.default_rng(100 + seed)
@@ -122,11 +123,13 @@ def test_access_summary_compiled_loop_matches_its_python_code(seed: int) -> None
             v.matrix_to_variable_index, rng.random(num_commands) < 0.3, num_commands)
     with fast_paths.override(analysis_jit_from=0):
         fast = access_summary_arrays(*args)
+    with fast_paths.override(analysis_jit_from=10 ** 9):
+        small = access_summary_arrays(*args)      # the NumPy version
     with fast_paths.override(analysis_jit=False):
         slow = access_summary_arrays(*args)
-    assert len(fast) == len(slow) == 6
-    for a, b in zip(fast, slow):
-        assert a.dtype == b.dtype and np.array_equal(a, b)
+    assert len(fast) == len(small) == len(slow) == 6
+    for a, b, c in zip(fast, slow, small):
+        assert a.dtype == b.dtype == c.dtype and np.array_equal(a, b) and np.array_equal(c, b)
 
 
 # -- the merging round's analysis ----------------------------------------------------------
