@@ -340,7 +340,7 @@ def test_optimize_hook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
     seen = []
 
-    def fake_optimize(options, nnet_, request, computation):
+    def fake_optimize(options, nnet_, request, computation, analyzer=None):
         seen.append(options)
         computation.commands.insert(0, Command(CommandType.NO_OPERATION))
         return computation

@@ -142,13 +142,13 @@ def default_optimize_options() -> OptimizeOptions:
 
 
 def optimize(options: Any, nnet: "Nnet", request: ComputationRequest,
-             computation: NnetComputation) -> NnetComputation:
+             computation: NnetComputation, analyzer: Any = None) -> NnetComputation:
     """Kaldi's Optimize() on a freshly compiled computation.  The optimizer
     is imported here, on first use: a process whose computations all come
     from the disk cache never loads it (nor the Numba loops it brings)."""
     from . import optimize as optimizer
 
-    ans = optimizer.optimize(options, nnet, request, computation)
+    ans = optimizer.optimize(options, nnet, request, computation, analyzer=analyzer)
     return computation if ans is None else ans  # an in-place pass may return None
 
 
@@ -634,23 +634,29 @@ class CachingCompiler:
         self.seconds["compile"] += time.perf_counter() - start
         if log.verbose_level() >= 4:
             log.log("Computation request is " + request.print())
-        self._check(computation, check_rewrite=True)
+        # (The checker's analysis of the computation is handed to the
+        # optimizer, whose first analysing pass would otherwise redo it.)
+        analyzer = self._check(computation, check_rewrite=True)
         start = time.perf_counter()
-        computation = optimize(self.optimize_options, self.nnet, request, computation)
+        computation = optimize(self.optimize_options, self.nnet, request, computation,
+                               analyzer)
         self.seconds["optimize"] += time.perf_counter() - start
         self._check(computation, check_rewrite=False)
         return computation
 
-    def _check(self, computation: NnetComputation, check_rewrite: bool) -> None:
+    def _check(self, computation: NnetComputation, check_rewrite: bool) -> Any:
+        """The ComputationChecker on ``computation`` (if ``options.check``);
+        returns its Analyzer of the computation, or None."""
         if not self.options.check:
-            return
+            return None
         try:
             from .optimize.check import check_computation
         except ImportError:
-            return
+            return None
         start = time.perf_counter()
-        check_computation(self.nnet, computation, check_rewrite=check_rewrite)
+        analyzer = check_computation(self.nnet, computation, check_rewrite=check_rewrite)
         self.seconds["check"] += time.perf_counter() - start
+        return analyzer
 
     # -- disk ----------------------------------------------------------------------
     def _load(self, key: str, request: ComputationRequest) -> NnetComputation | None:

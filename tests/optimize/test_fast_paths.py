@@ -10,7 +10,8 @@ in for (which stay in the code as the reference and the error path).
 * the vectorised row-op helpers against the per-table functions;
 * the optimizer with and without a hook (array form shared between passes,
   or written back after each pass);
-* ComputationArrays written back unchanged gives the same records.
+* ComputationArrays written back unchanged gives the same records;
+* the optimizer with and without the checker's analysis handed to it.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from pynnet3.optimize.analysis import Analyzer, ComputationAnalysis
 from pynnet3.optimize.arrays import ComputationArrays
 from pynnet3.optimize.check import ComputationChecker, check_computation
 from pynnet3.optimize.check_indexes import IndexChecker
+from pynnet3.optimize.model_update import consolidate_model_update
 from pynnet3.optimize.variables import ComputationVariables
 from pynnet3.optimize.row_ops import (_leading_trailing, _leading_trailing_all,
                                       _special_structures, indexes_have_special_structure)
@@ -103,10 +105,11 @@ def test_variables_compiled_loop_matches_numpy(seed: int) -> None:
         assert fast.variables_for_submatrix(s) == slow.variables_for_submatrix(s)
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(12))
 def test_access_summary_compiled_loop_matches_its_python_code(seed: int) -> None:
-    """access_summary_arrays: the Numba loop (large computations) and the same
-    code interpreted (small ones, and analysis_jit=False) give equal arrays."""
+    """access_summary_arrays: the Numba loop (large computations), its NumPy
+    counterpart (small ones) and the loop's code interpreted
+    (analysis_jit=False) give equal arrays."""
     from pynnet3.optimize.analysis import access_summary_arrays
 
     rng = np.random.default_rng(100 + seed)
@@ -120,11 +123,13 @@ def test_access_summary_compiled_loop_matches_its_python_code(seed: int) -> None
             v.matrix_to_variable_index, rng.random(num_commands) < 0.3, num_commands)
     with fast_paths.override(analysis_jit_from=0):
         fast = access_summary_arrays(*args)
+    with fast_paths.override(analysis_jit_from=10 ** 9):
+        small = access_summary_arrays(*args)      # the NumPy version
     with fast_paths.override(analysis_jit=False):
         slow = access_summary_arrays(*args)
-    assert len(fast) == len(slow) == 6
-    for a, b in zip(fast, slow):
-        assert a.dtype == b.dtype and np.array_equal(a, b)
+    assert len(fast) == len(small) == len(slow) == 6
+    for a, b, c in zip(fast, slow, small):
+        assert a.dtype == b.dtype == c.dtype and np.array_equal(a, b) and np.array_equal(c, b)
 
 
 # -- the merging round's analysis ----------------------------------------------------------
@@ -321,6 +326,57 @@ def test_pipeline_same_with_and_without_hook(seed: str) -> None:
     assert plain.commands == hooked.commands and plain.submatrices == hooked.submatrices
     assert [(m.num_rows, m.num_cols, m.stride_type) for m in plain.matrices] == \
         [(m.num_rows, m.num_cols, m.stride_type) for m in hooked.matrices]
+
+
+@pytest.mark.parametrize("seed", _SEEDS)
+def test_pipeline_same_with_the_checkers_analysis(seed: str, monkeypatch) -> None:
+    """The Analyzer the checker made before optimization, handed to the
+    optimizer (as CachingCompiler does), gives the same optimized
+    computation, and spares the first analysing pass one analysis."""
+    nnet, request, comp = _case(seed)
+    analyzer = check_computation(nnet, comp, check_rewrite=True)
+    assert analyzer is not None
+    inits = []
+    real_init = Analyzer.init
+
+    def counting_init(self, *args):
+        inits.append(1)
+        return real_init(self, *args)
+
+    monkeypatch.setattr(Analyzer, "init", counting_init)
+    handed = optimize(OptimizeOptions(), nnet, request, comp, analyzer=analyzer)
+    with_handoff = len(inits)
+    plain = optimize(OptimizeOptions(), nnet, request, comp)
+    # (Only when consolidate_model_update, which runs first, left the
+    # computation alone; a change there makes the analysis stale.)
+    consolidated = consolidate_model_update(nnet, copy_computation(comp))
+    assert with_handoff == len(inits) - with_handoff - (0 if consolidated else 1)
+    assert plain.print(nnet.component_names, nnet.node_names) == \
+        handed.print(nnet.component_names, nnet.node_names)
+    assert plain.commands == handed.commands and plain.submatrices == handed.submatrices
+
+
+def test_handed_analysis_dropped_once_a_pass_changed_the_computation(monkeypatch) -> None:
+    """With a deriv-time limit, limit_derivative_times runs first and may
+    change the computation: the handed analysis must not be used."""
+    nnet, request, comp = _case(_SEEDS[0])
+    analyzer = check_computation(nnet, comp, check_rewrite=True)
+    import pynnet3.optimize.pipeline as pipeline
+
+    seen = []
+    i = [p.name for p in pipeline.PASSES].index("convert_addition_to_assignment")
+    real_call = pipeline.PASSES[i].call
+
+    def call(fn, ctx):
+        seen.append(ctx.analyzer)
+        return real_call(fn, ctx)
+
+    monkeypatch.setattr(pipeline, "PASSES", pipeline.PASSES[:i] + (
+        replace(pipeline.PASSES[i], call=call),) + pipeline.PASSES[i + 1:])
+    optimize(OptimizeOptions(min_deriv_time=0), nnet, request, comp, analyzer=analyzer)
+    optimize(OptimizeOptions(consolidate_model_update=False), nnet, request, comp,
+             analyzer=analyzer)
+    assert seen[0] is None and seen[1] is analyzer
 
 
 @pytest.mark.parametrize("seed", _SEEDS[:2])

@@ -578,6 +578,66 @@ def _access_summary_kernel(cmd, sub, flag, var_flat, var_offsets, first_var, num
             write_keys[:num_writes].copy())
 
 
+def _segment_extreme(ufunc: np.ufunc, values: np.ndarray, offsets: np.ndarray,
+                    empty: int) -> np.ndarray:
+    """``ufunc`` over each segment ``values[offsets[i]:offsets[i + 1]]``;
+    ``empty`` for an empty segment."""
+    counts = np.diff(offsets)
+    ans = np.full(len(counts), empty, dtype=np.int64)
+    nonempty = np.flatnonzero(counts > 0)
+    if len(nonempty):
+        ans[nonempty] = ufunc.reduceat(values, offsets[nonempty])
+    return ans
+
+
+def _access_summary_numpy(cmd: np.ndarray, sub: np.ndarray, flag: np.ndarray,
+                          var_flat: np.ndarray, var_offsets: np.ndarray, first_var: np.ndarray,
+                          num_variables: int, zeroing: np.ndarray, num_commands: int
+                          ) -> tuple[np.ndarray, ...]:
+    """What :func:`_access_summary_kernel` computes, with whole-array NumPy
+    operations (for computations too small to pay for the Numba loop: its
+    code interpreted costs a Python iteration per record)."""
+    n = max(num_commands, 1)
+    counts = var_offsets[sub + 1] - var_offsets[sub]
+    total = int(counts.sum())
+    starts = np.repeat(var_offsets[sub] - (np.cumsum(counts) - counts), counts)
+    variables = var_flat[starts + np.arange(total, dtype=np.int64)]
+    keys = np.sort((variables * n + np.repeat(cmd, counts)) * 4 + np.repeat(flag, counts))
+    # One entry per (variable, command), flags merged.
+    vc = keys >> 2
+    if total:
+        begin = np.flatnonzero(np.concatenate([[True], vc[1:] != vc[:-1]]))
+        vc = vc[begin]
+        f = np.bitwise_or.reduceat(keys & 3, begin)
+    else:
+        f = keys
+    v = vc // n
+    c = vc - v * n
+    new_v = np.concatenate([[True], v[1:] != v[:-1]]) if len(v) else np.zeros(0, dtype=bool)
+    last_v = np.concatenate([v[1:] != v[:-1], [True]]) if len(v) else new_v
+    v_first = np.full(num_variables, num_commands, dtype=np.int64)
+    v_first[v[new_v]] = c[new_v]
+    v_last = np.full(num_variables, -1, dtype=np.int64)
+    v_last[v[last_v]] = c[last_v]
+    v_first_nt = np.full(num_variables, num_commands, dtype=np.int64)
+    nt = ~zeroing[c]
+    # (Within a variable the commands are increasing: assigning in reverse
+    # leaves the first one.)
+    v_first_nt[v[nt][::-1]] = c[nt][::-1]
+    w = (f & 2) != 0
+    v_last_write = np.full(num_variables, -1, dtype=np.int64)
+    v_last_write[v[w]] = c[w]
+    write_keys = v[w] * (num_commands + 1) + c[w]
+    sub_first_nt = _segment_extreme(np.minimum, v_first_nt[var_flat], var_offsets,
+                                    num_commands)
+    sub_last = _segment_extreme(np.maximum, v_last[var_flat], var_offsets, -1)
+    sub_last_write = _segment_extreme(np.maximum, v_last_write[var_flat], var_offsets, -1)
+    matrix_first = _segment_extreme(np.minimum, v_first, first_var, num_commands)
+    matrix_first_nt = _segment_extreme(np.minimum, v_first_nt, first_var, num_commands)
+    return (sub_first_nt, sub_last, sub_last_write, matrix_first, matrix_first_nt,
+            write_keys.astype(np.int64, copy=False))
+
+
 def access_summary_arrays(cmd: np.ndarray, sub: np.ndarray, flag: np.ndarray,
                           var_flat: np.ndarray, var_offsets: np.ndarray,
                           first_var: np.ndarray, zeroing: np.ndarray,
@@ -589,10 +649,12 @@ def access_summary_arrays(cmd: np.ndarray, sub: np.ndarray, flag: np.ndarray,
     / -1 where none); and the writes as sorted keys variable *
     (num_commands + 1) + command."""
     fp = fast_paths.current()
-    # (For small computations the kernel's own code, interpreted: compiling
-    # it costs more than it saves; see fast_paths.analysis_jit_from.)
-    kernel = (_access_summary_kernel if fp.analysis_jit and len(var_offsets) > fp.analysis_jit_from
-              else _access_summary_kernel.py_func)
+    # (For small computations the same with NumPy operations: compiling the
+    # kernel costs more than it saves; see fast_paths.analysis_jit_from.
+    # Without analysis_jit, the kernel's own code interpreted.)
+    kernel = (_access_summary_kernel.py_func if not fp.analysis_jit
+              else _access_summary_kernel if len(var_offsets) > fp.analysis_jit_from
+              else _access_summary_numpy)
     return kernel(
         np.ascontiguousarray(cmd, dtype=np.int64), np.ascontiguousarray(sub, dtype=np.int64),
         np.ascontiguousarray(flag, dtype=np.int64), var_flat, var_offsets, first_var,

@@ -347,16 +347,26 @@ def _online_to_checkable(computation: NnetComputation) -> NnetComputation:
 
 def check_computation(nnet: Any, computation: NnetComputation, check_rewrite: bool = False,
                       check_unused_variables: bool = True,
-                      check_deallocation: bool = True) -> None:
+                      check_deallocation: bool = True) -> Analyzer | None:
     """Kaldi's CheckComputation: raises ComputationCheckError if the
     computation is malformed.  Use ``check_rewrite=True`` only before
     optimization.  Looped computations (ending in GotoLabel) are checked with
-    their final swaps turned into deallocations and unused parts allowed."""
+    their final swaps turned into deallocations and unused parts allowed.
+
+    Returns the Analyzer of the checked computation (None for a looped one,
+    whose checked form differs from it): a caller that optimizes the same,
+    unchanged computation next may hand it to the optimizer rather than
+    analyse the computation again."""
     opts = CheckComputationOptions(check_rewrite, check_unused_variables, check_deallocation)
     if computation.commands and computation.commands[-1].command_type is CommandType.GOTO_LABEL:
         computation = _online_to_checkable(computation)
         opts.check_unused_variables = False
         opts.check_deallocation = False   # the state carried to the next chunk stays
+        with component_properties_cached():
+            ComputationChecker(opts, nnet, computation).check()
+        return None
     with component_properties_cached():
-        ComputationChecker(opts, nnet, computation).check()
+        checker = ComputationChecker(opts, nnet, computation)
+        checker.check()
+    return checker.analyzer
 

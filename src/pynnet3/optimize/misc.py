@@ -49,9 +49,14 @@ _T_GOTO_LABEL = int(T.GOTO_LABEL)
 _SIZING_TYPES = type_mask([T.ALLOC_MATRIX, T.DEALLOC_MATRIX])
 
 
-def convert_addition_to_assignment(nnet: Any, computation: NnetComputation) -> None:
-    """Kaldi's ConvertAdditionToAssignment."""
-    analyzer = Analyzer(nnet, computation)
+def convert_addition_to_assignment(nnet: Any, computation: NnetComputation,
+                                   analyzer: Analyzer | None = None) -> None:
+    """Kaldi's ConvertAdditionToAssignment.  ``analyzer``: an analysis of
+    this very computation (the same commands, matrices, submatrices and
+    index tables) made earlier, e.g. by the ComputationChecker just before
+    optimization; it saves analysing the computation again."""
+    if analyzer is None:
+        analyzer = Analyzer(nnet, computation)
     analysis = ComputationAnalysis(computation, analyzer)
     commands = computation.commands
     num_commands = len(commands)

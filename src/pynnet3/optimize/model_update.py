@@ -50,7 +50,7 @@ class ModelUpdateConsolidator:
         self.final_commands: list[Command] = []
         self.final_deallocate_commands: list[Command] = []
 
-    def consolidate_model_update(self) -> None:
+    def consolidate_model_update(self) -> bool:
         nnet = self.nnet
         backprop_commands: list[list[int]] = [[] for _ in range(nnet.num_components())]
         wanted = _P_UPDATABLE | _P_SIMPLE
@@ -68,6 +68,7 @@ class ModelUpdateConsolidator:
                 consolidated = True
         if consolidated:
             self.add_commands_to_computation()
+        return consolidated
 
     def consolidate_update_for_component(self, component_index: int,
                                          backprop_commands: list[int]) -> None:
@@ -166,9 +167,10 @@ class ModelUpdateConsolidator:
         comp.commands = new_commands
 
 
-def consolidate_model_update(nnet: Any, computation: NnetComputation) -> None:
+def consolidate_model_update(nnet: Any, computation: NnetComputation) -> bool:
     """Kaldi's ConsolidateModelUpdate, in place (nothing to do unless the
-    computation computes a model derivative)."""
+    computation computes a model derivative).  Returns whether it changed
+    the computation."""
     if not computation.need_model_derivative:
-        return
-    ModelUpdateConsolidator(nnet, computation).consolidate_model_update()
+        return False
+    return ModelUpdateConsolidator(nnet, computation).consolidate_model_update()

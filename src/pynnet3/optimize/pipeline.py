@@ -110,6 +110,9 @@ class _Context:
     nnet: Any
     max_output_time: Callable[[], int | None]
     computation: NnetComputation
+    # An analysis of ctx.computation as it is now (made by the checker before
+    # optimization), while no pass has changed it; None otherwise.
+    analyzer: Any = None
 
 
 @dataclass(frozen=True)
@@ -166,7 +169,10 @@ PASSES: tuple[OptimizationPass, ...] = (
     OptimizationPass("consolidate_model_update", consolidate_model_update,
                      lambda o: o.optimize and o.consolidate_model_update, _nnet_comp),
     OptimizationPass("convert_addition_to_assignment", convert_addition_to_assignment,
-                     lambda o: o.optimize and o.convert_addition, _nnet_comp),
+                     lambda o: o.optimize and o.convert_addition,
+                     lambda fn, ctx: _nnet_comp(fn, ctx) if ctx.analyzer is None
+                     or fn is not convert_addition_to_assignment
+                     else fn(ctx.nnet, ctx.computation, ctx.analyzer)),
     OptimizationPass("snip_row_ops", snip_row_ops,
                      _row_ops_gate("snip_row_ops"), _comp, renumber_group=True),
     OptimizationPass("split_row_ops", split_row_ops,
@@ -215,25 +221,29 @@ def enabled_passes(options: OptimizeOptions) -> list[str]:
 def optimize(options: OptimizeOptions | None, nnet: Any,
              max_output_time: int | ComputationRequest | None,
              computation: NnetComputation,
-             after_each_pass: PassHook | None = None) -> NnetComputation:
+             after_each_pass: PassHook | None = None,
+             analyzer: Any = None) -> NnetComputation:
     """Kaldi's Optimize(): the optimized copy of ``computation``.
 
     ``max_output_time`` is Kaldi's ``max_output_time_in_request`` (only used
     with ``max_deriv_time_relative``); the request itself may be passed
     instead.  ``after_each_pass(name, computation)`` runs after every pass
     that ran (and after the renumbering that follows the row-op passes).
+    ``analyzer``: an Analyzer of ``computation`` as passed (what
+    check_computation returns); the first pass that analyses the computation
+    uses it instead of analysing it again, if no pass changed it before.
     """
     with component_properties_cached():
         return _optimize(options if options is not None else OptimizeOptions(), nnet,
-                         max_output_time, computation, after_each_pass)
+                         max_output_time, computation, after_each_pass, analyzer)
 
 
 def _optimize(options: OptimizeOptions, nnet: Any,
               max_output_time: int | ComputationRequest | None,
               computation: NnetComputation,
-              after_each_pass: PassHook | None) -> NnetComputation:
+              after_each_pass: PassHook | None, analyzer: Any = None) -> NnetComputation:
     ctx = _Context(options, nnet, lambda: _max_time(max_output_time),
-                   copy_computation(computation))
+                   copy_computation(computation), analyzer)
     done: list[str] = []
     # The array form shared by consecutive array passes (only without a
     # hook, which must see the computation after every pass).
@@ -281,6 +291,8 @@ def _optimize(options: OptimizeOptions, nnet: Any,
             raise OptimizationPassError(p.name, done[:-1], e, in_hook=False) from e
         if isinstance(result, NnetComputation):   # a pass that returns a new computation
             ctx.computation = result
+        if not (p.name in _REPORTS_CHANGE and result is False):
+            ctx.analyzer = None       # (the pass may have changed the computation)
         if log.verbose_level() >= 3:
             if arrays is not None:
                 sizes = (arrays.num_commands, len(arrays.matrices))
@@ -304,6 +316,10 @@ def _optimize(options: OptimizeOptions, nnet: Any,
                 run_hook("renumber_computation")
     flush()
     return ctx.computation
+
+
+# Passes that return False when they left the computation as it was.
+_REPORTS_CHANGE = frozenset({"consolidate_model_update"})
 
 
 def _max_time(value: int | ComputationRequest | None) -> int | None:
