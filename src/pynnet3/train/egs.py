@@ -33,6 +33,9 @@ from ..io.general_matrix import GeneralMatrix, MatrixType, SparseMatrix
 
 _WORD = re.compile(rb"\S+")
 _ESCAPE = 127
+# One escaped Index row as written: escape byte, then (size byte, int32) x 3.
+_ESCAPED_INDEX = np.dtype([("esc", "u1"), ("s1", "u1"), ("n", "<i4"), ("s2", "u1"),
+                           ("t", "<i4"), ("s3", "u1"), ("x", "<i4")])
 
 
 def make_indexes(num_rows: int, t_begin: int = 0, t_stride: int = 1) -> np.ndarray:
@@ -84,6 +87,17 @@ def read_index_vector(r: KaldiReader) -> np.ndarray:
     if not r.binary:
         return _read_index_vector_text(r, size)
     data, start = r.data, r.pos
+    if size > 0 and start + 16 * size <= len(data) and data[start] == _ESCAPE:
+        # Every row escaped (n changes from row to row, as in t-major chain
+        # minibatches): the sequential scan below would read the same 16-byte
+        # records one by one, so read them all at once when they check out.
+        rec = np.frombuffer(data, dtype=_ESCAPED_INDEX, count=size, offset=start)
+        if ((rec["esc"] == _ESCAPE) & (rec["s1"] == 4) & (rec["s2"] == 4)
+                & (rec["s3"] == 4)).all():
+            out = np.empty((size, 3), dtype=np.int32)
+            out[:, 0], out[:, 1], out[:, 2] = rec["n"], rec["t"], rec["x"]
+            r.pos = start + 16 * size
+            return out
     # Rows are one int8 t-delta each, or an escape byte and the full (n, t, x)
     # (16 bytes) where n or x changes or t jumps: a merged minibatch has one
     # escape per example.  The loop below only finds the escapes; the rows
