@@ -246,6 +246,17 @@ def test_index_vector_with_every_row_escaped() -> None:
     write_index_vector(w, idx)
     data = w.getvalue()
     assert len(data) == 11 + 16 * len(idx)                   # every row escaped
+    # Leading t-delta rows, then escapes only (a chain minibatch starts at (0, 0, 0)).
+    lead = np.array([[0, 0, 0], [0, 1, 0], [0, -3, 0], [1, 0, 0], [0, 0, 0], [2, 0, 0]])
+    w = KaldiWriter(True)
+    write_index_vector(w, lead)
+    lead_data = w.getvalue()
+    assert len(lead_data) == 11 + 3 + 16 * 3
+    r = KaldiReader(lead_data, True)
+    assert np.array_equal(read_index_vector(r), lead) and r.pos == len(lead_data)
+    bad_delta = lead_data[:12] + bytes([126]) + lead_data[13:]
+    with pytest.raises(FormatError, match="unexpected character"):
+        read_index_vector(KaldiReader(bad_delta, True))
     r = KaldiReader(data + b"\x7f\x04rest", True)
     got = read_index_vector(r)
     assert got.dtype == np.int32 and np.array_equal(got, idx) and r.pos == len(data)
