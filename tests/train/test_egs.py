@@ -230,6 +230,43 @@ def test_index_vector_of_a_merged_minibatch() -> None:
             read_index_vector(KaldiReader(damaged, True))
 
 
+def test_index_vector_with_every_row_escaped() -> None:
+    """t-major rows (n changes every row, as in merged chain minibatches) are
+    all escapes, read in one go: same values as written (payload bytes equal
+    to the escape byte included), the reader after the vector, and damage
+    still reported at its byte by the row-by-row reader."""
+    from pynnet3.errors import FormatError
+
+    num_seq, frames = 6, 5
+    t = np.repeat(np.arange(frames) * 3 + 127, num_seq)      # 127: the escape byte in t
+    n = np.tile(np.arange(num_seq), frames)
+    x = np.tile([0, 127, -1], num_seq * frames // 3)
+    idx = np.stack([n, t, x], axis=1)
+    w = KaldiWriter(True)
+    write_index_vector(w, idx)
+    data = w.getvalue()
+    assert len(data) == 11 + 16 * len(idx)                   # every row escaped
+    # Leading t-delta rows, then escapes only (a chain minibatch starts at (0, 0, 0)).
+    lead = np.array([[0, 0, 0], [0, 1, 0], [0, -3, 0], [1, 0, 0], [0, 0, 0], [2, 0, 0]])
+    w = KaldiWriter(True)
+    write_index_vector(w, lead)
+    lead_data = w.getvalue()
+    assert len(lead_data) == 11 + 3 + 16 * 3
+    r = KaldiReader(lead_data, True)
+    assert np.array_equal(read_index_vector(r), lead) and r.pos == len(lead_data)
+    bad_delta = lead_data[:12] + bytes([126]) + lead_data[13:]
+    with pytest.raises(FormatError, match="unexpected character"):
+        read_index_vector(KaldiReader(bad_delta, True))
+    r = KaldiReader(data + b"\x7f\x04rest", True)
+    got = read_index_vector(r)
+    assert got.dtype == np.int32 and np.array_equal(got, idx) and r.pos == len(data)
+    bad_size = data[:11 + 16 * 3 + 6] + b"\x05" + data[11 + 16 * 3 + 7:]
+    with pytest.raises(FormatError, match="bad integer size"):
+        read_index_vector(KaldiReader(bad_size, True))
+    with pytest.raises(FormatError, match="end of file"):
+        read_index_vector(KaldiReader(data[:-1], True))
+
+
 def test_truncated_archive_is_a_format_error(tmp_path: Path) -> None:
     from pynnet3.errors import FormatError
 

@@ -22,7 +22,7 @@ import re
 import struct
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -33,6 +33,9 @@ from ..io.general_matrix import GeneralMatrix, MatrixType, SparseMatrix
 
 _WORD = re.compile(rb"\S+")
 _ESCAPE = 127
+# One escaped Index row as written: escape byte, then (size byte, int32) x 3.
+_ESCAPED_INDEX = np.dtype([("esc", "u1"), ("s1", "u1"), ("n", "<i4"), ("s2", "u1"),
+                           ("t", "<i4"), ("s3", "u1"), ("x", "<i4")])
 
 
 def make_indexes(num_rows: int, t_begin: int = 0, t_stride: int = 1) -> np.ndarray:
@@ -76,6 +79,36 @@ def write_index_vector(w: KaldiWriter, indexes: np.ndarray) -> None:
     w.write_raw(b"".join(parts))
 
 
+def _read_escaped_tail(data: Any, start: int, size: int) -> tuple[np.ndarray, int] | None:
+    """The Index vector at ``start`` and the position after it when it is a
+    few t-delta rows followed by escaped rows only (n changes from row to row:
+    t-major chain minibatches, whose first row is (0, 0, 0)); else None, and
+    the row-by-row reader below takes over (it reports any damage).  The
+    row-by-row scan would read exactly these records one by one."""
+    if size <= 0:
+        return None
+    j = data.find(bytes([_ESCAPE]), start, start + size)
+    if j < 0:
+        return None
+    k = j - start                       # leading t-delta rows (no escape byte among them)
+    if j + 16 * (size - k) > len(data):
+        return None
+    rec = np.frombuffer(data, dtype=_ESCAPED_INDEX, count=size - k, offset=j)
+    if not ((rec["esc"] == _ESCAPE) & (rec["s1"] == 4) & (rec["s2"] == 4)
+            & (rec["s3"] == 4)).all():
+        return None
+    out = np.empty((size, 3), dtype=np.int32)
+    if k:
+        deltas = np.frombuffer(data, dtype=np.int8, count=k, offset=start).astype(np.int64)
+        if (np.abs(deltas) >= 125).any():
+            return None
+        out[:k, 0] = 0
+        out[:k, 1] = np.cumsum(deltas)
+        out[:k, 2] = 0
+    out[k:, 0], out[k:, 1], out[k:, 2] = rec["n"], rec["t"], rec["x"]
+    return out, j + 16 * (size - k)
+
+
 def read_index_vector(r: KaldiReader) -> np.ndarray:
     r.expect_token("<I1V>")
     size = r.read_int32()
@@ -84,6 +117,10 @@ def read_index_vector(r: KaldiReader) -> np.ndarray:
     if not r.binary:
         return _read_index_vector_text(r, size)
     data, start = r.data, r.pos
+    fast = _read_escaped_tail(data, start, size)
+    if fast is not None:
+        r.pos = fast[1]
+        return fast[0]
     # Rows are one int8 t-delta each, or an escape byte and the full (n, t, x)
     # (16 bytes) where n or x changes or t jumps: a merged minibatch has one
     # escape per example.  The loop below only finds the escapes; the rows

@@ -36,8 +36,12 @@ __all__ = ["num_updatable_components", "zero_component_stats", "scale_nnet", "ad
            "consolidate_memory"]
 
 
+_UPDATABLE = int(Prop.UPDATABLE)   # a plain int: IntFlag '&' is slow, and this runs
+#                                   for every component several times a minibatch
+
+
 def _updatable(comp: Component) -> bool:
-    return bool(comp.properties() & Prop.UPDATABLE)
+    return bool(comp.properties() & _UPDATABLE)
 
 
 def _as_updatable(comp: Component) -> UpdatableComponent:

@@ -24,6 +24,14 @@ from .base import (Component, Prop, UpdatableComponent, fmt_g, print_parameter_s
 from .natural_gradient import OnlineNaturalGradient, precondition_in_out
 from .numeric import add_scaled_f32, scale_arrays
 
+# Property masks as plain ints, built once: properties() is asked for every
+# component many times per minibatch, and IntFlag arithmetic costs ~1 us an op.
+_PROPS_AFFINE = int(Prop.SIMPLE | Prop.UPDATABLE | Prop.BACKPROP_NEEDS_INPUT | Prop.BACKPROP_ADDS)
+_PROPS_LINEAR_ADDS = int(Prop.SIMPLE | Prop.UPDATABLE | Prop.BACKPROP_NEEDS_INPUT
+                         | Prop.PROPAGATE_ADDS | Prop.BACKPROP_ADDS)
+_PROPS_FIXED_AFFINE = int(Prop.SIMPLE | Prop.BACKPROP_ADDS)
+_PROPS_AFFINE_CONTIGUOUS = _PROPS_AFFINE | int(Prop.INPUT_CONTIGUOUS | Prop.OUTPUT_CONTIGUOUS)
+
 
 def verbose_level() -> int:
     """Kaldi's GetVerboseLevel(); singular values appear in Info() at >= 2."""
@@ -190,7 +198,7 @@ class AffineComponent(AffineParamsMixin, UpdatableComponent):
         return int(self.linear_params.shape[0])
 
     def properties(self) -> int:
-        return int(Prop.SIMPLE | Prop.UPDATABLE | Prop.BACKPROP_NEEDS_INPUT | Prop.BACKPROP_ADDS)
+        return _PROPS_AFFINE
 
     # -- initialisation ----------------------------------------------------
     def init(self, input_dim: int, output_dim: int, param_stddev: float,
@@ -474,8 +482,7 @@ class LinearComponent(UpdatableComponent):
         return int(self.params.shape[0])
 
     def properties(self) -> int:
-        return int(Prop.SIMPLE | Prop.UPDATABLE | Prop.BACKPROP_NEEDS_INPUT
-                   | Prop.PROPAGATE_ADDS | Prop.BACKPROP_ADDS)
+        return _PROPS_LINEAR_ADDS
 
     def init_from_config(self, cfl: ConfigLine) -> None:
         self.is_gradient = False
@@ -667,7 +674,7 @@ class FixedAffineComponent(Component):
         return int(self.linear_params.shape[0])
 
     def properties(self) -> int:
-        return int(Prop.SIMPLE | Prop.BACKPROP_ADDS)
+        return _PROPS_FIXED_AFFINE
 
     def init_from_config(self, cfl: ConfigLine) -> None:
         # Two forms: matrix=<rxfilename>, or input-dim/output-dim with random
@@ -760,7 +767,7 @@ class BlockAffineComponent(AffineParamsMixin, UpdatableComponent):
         return int(self.linear_params.shape[0])
 
     def properties(self) -> int:
-        return int(Prop.SIMPLE | Prop.UPDATABLE | Prop.BACKPROP_NEEDS_INPUT | Prop.BACKPROP_ADDS)
+        return _PROPS_AFFINE
 
     def init_from_config(self, cfl: ConfigLine) -> None:
         input_dim = cfl.get_int("input-dim")
@@ -872,8 +879,7 @@ class RepeatedAffineComponent(AffineParamsMixin, UpdatableComponent):
         return int(self.linear_params.shape[0]) * self.num_repeats
 
     def properties(self) -> int:
-        return int(Prop.SIMPLE | Prop.UPDATABLE | Prop.BACKPROP_NEEDS_INPUT | Prop.BACKPROP_ADDS
-                   | Prop.INPUT_CONTIGUOUS | Prop.OUTPUT_CONTIGUOUS)
+        return _PROPS_AFFINE_CONTIGUOUS
 
     def set_natural_gradient_configs(self) -> None:
         """Hook for the natural-gradient subclass (nothing for plain SGD)."""

@@ -16,7 +16,7 @@ the input for in-place components).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -384,12 +384,13 @@ class RectifiedLinearComponent(NonlinearComponent):
 
     type_name = "RectifiedLinearComponent"
 
+    _PROPS: ClassVar[int] = int(Prop.SIMPLE | Prop.BACKPROP_NEEDS_OUTPUT | Prop.PROPAGATE_IN_PLACE
+                                | Prop.STORES_STATS)   # an int: asked many times per minibatch
+
     def properties(self) -> int:
-        p = (Prop.SIMPLE | Prop.BACKPROP_NEEDS_OUTPUT | Prop.PROPAGATE_IN_PLACE
-             | Prop.STORES_STATS)
         if self.block_dim != self.dim:
-            p |= Prop.INPUT_CONTIGUOUS
-        return p
+            return self._PROPS | int(Prop.INPUT_CONTIGUOUS)
+        return self._PROPS
 
     def propagate(self, indexes: Any, in_value: np.ndarray, out_value: np.ndarray) -> Any:
         # Kaldi's ApplyFloor(0): NaN stays NaN, as here.  (Kaldi's CPU code
@@ -486,8 +487,10 @@ class LogSoftmaxComponent(NonlinearComponent):
 
     type_name = "LogSoftmaxComponent"
 
+    _PROPS: ClassVar[int] = int(Prop.SIMPLE | Prop.BACKPROP_NEEDS_OUTPUT | Prop.STORES_STATS)
+
     def properties(self) -> int:
-        return Prop.SIMPLE | Prop.BACKPROP_NEEDS_OUTPUT | Prop.STORES_STATS
+        return self._PROPS
 
     def propagate(self, indexes: Any, in_value: np.ndarray, out_value: np.ndarray) -> Any:
         # Kaldi's ApplyLogSoftMax per row: x - max, then minus the log of the

@@ -12,6 +12,7 @@ bytes of a re-written model.
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 from dataclasses import dataclass
 
 import numpy as np
@@ -235,14 +236,19 @@ class BatchNormComponent(Component):
     def output_dim(self) -> int:
         return self.dim
 
+    # Plain ints built once: properties() is asked many times per minibatch.
+    _PROPS: ClassVar[int] = int(Prop.SIMPLE | Prop.BACKPROP_NEEDS_OUTPUT | Prop.PROPAGATE_IN_PLACE
+                                | Prop.BACKPROP_IN_PLACE)
+    _PROPS_CONTIGUOUS: ClassVar[int] = int(Prop.INPUT_CONTIGUOUS | Prop.OUTPUT_CONTIGUOUS)
+    _PROPS_TRAIN: ClassVar[int] = int(Prop.USES_MEMO | Prop.STORES_STATS)
+
     def properties(self) -> int:
-        p = (Prop.SIMPLE | Prop.BACKPROP_NEEDS_OUTPUT | Prop.PROPAGATE_IN_PLACE
-             | Prop.BACKPROP_IN_PLACE)
+        p = self._PROPS
         if self.block_dim < self.dim:
-            p |= Prop.INPUT_CONTIGUOUS | Prop.OUTPUT_CONTIGUOUS
+            p |= self._PROPS_CONTIGUOUS
         if not self.test_mode:
-            p |= Prop.USES_MEMO | Prop.STORES_STATS
-        return int(p)
+            p |= self._PROPS_TRAIN
+        return p
 
     def _check(self) -> bool:
         return (self.dim > 0 and self.block_dim > 0 and self.dim % self.block_dim == 0
