@@ -24,6 +24,7 @@ from pynnet3.compute.decodable import (DecodableNnetSimple, NnetSimpleComputatio
                                        prepare_nnet_for_test)
 from pynnet3.nnet.nnet import Nnet
 from tests.compute.nnet3_compute_cases import SMALL, TINY_CONFIG, new_compiler, small_case
+from tests.helpers import curated
 
 
 def test_plan_pieces() -> None:
@@ -114,8 +115,8 @@ output-node name=output input=conv
 
 
 # (network, frame subsampling factor): TDNN and TDNN-F with iVectors, the CNN without.
-PIECE_CASES = [(n, f) for n in ("tdnn_xent_nnet3_wsj_1b", "tdnnf_librispeech_1d",
-                                "cnn_e2eali_ocr_bentham_1a") for f in (1, 3)]
+PIECE_CASES = [(n, f) for n in curated("small", ["tdnn_xent_nnet3_wsj_1b", "tdnnf_librispeech_1d",
+                                                 "cnn_e2eali_ocr_bentham_1a"]) for f in (1, 3)]
 
 
 @pytest.mark.parametrize("name,fss", PIECE_CASES, ids=[f"{n}-fss{f}" for n, f in PIECE_CASES])
@@ -147,7 +148,8 @@ def test_pieces_equal_kaldi_chunks(name: str, fss: int) -> None:
         np.testing.assert_allclose(kaldi.get_all_output(dec()), want, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("name", ["lstmp_swbd_6j", "tdnn_attention_swbd_1a", "xvector_sre16_1a"])
+@pytest.mark.parametrize("name", curated("small", ["lstmp_swbd_6j", "tdnn_attention_swbd_1a",
+                                                   "xvector_sre16_1a"]))
 def test_other_networks_take_kaldis_chunks(name: str, monkeypatch) -> None:
     case = small_case(name)
     nnet = case["nnet"]
