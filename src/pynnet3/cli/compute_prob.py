@@ -28,7 +28,7 @@ e.g.: nnet3-compute-prob 0.raw ark:valid.egs"""
 # nnet3-train 8.3-11.0 s with one BLAS thread, 20-53 s with two;
 # nnet3-compute-prob 2.45 CPU seconds with one, 3.55 with two, no faster).
 BLAS_THREADS = 1
-BLAS_USE = ("the matrix products run on that many BLAS threads (one when not given: "
+BLAS_USE = ("the matrix products run on that many BLAS threads (when neither it nor a thread variable such as OPENBLAS_NUM_THREADS is set, one: "
             "faster for these products where the cores are shared).")
 
 @kaldi_command(USAGE)

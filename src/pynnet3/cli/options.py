@@ -126,14 +126,19 @@ def num_threads_option(use: str) -> Callable[[Callable], Callable]:
 def apply_num_threads(requested: int, default_blas_threads: int | None = None) -> int:
     """Resolves ``--num-threads`` (:func:`pynnet3.threads.resolve_num_threads`)
     and sets the BLAS threads: the budget when ``--num-threads`` was given
-    (> 0) or ``default_blas_threads`` is None, else at most
+    (> 0), when the user set a thread variable, or when ``default_blas_threads``
+    is None, else at most
     ``default_blas_threads``; returns the budget."""
-    from ..threads import resolve_num_threads, use_blas_threads
+    from ..threads import env_num_threads, resolve_num_threads, use_blas_threads
 
     if requested < 0:
         raise click.UsageError("--num-threads must be >= 0")
     budget = resolve_num_threads(requested)
-    blas = budget if requested > 0 or default_blas_threads is None \
+    # A thread count the user asked for (the option, or OPENBLAS_NUM_THREADS
+    # and the like, as a Kaldi user sets them) is honoured; only the default
+    # budget (all cores) is capped for the BLAS.
+    asked = requested > 0 or env_num_threads() is not None
+    blas = budget if asked or default_blas_threads is None \
         else min(default_blas_threads, budget)
     use_blas_threads(blas)
     return budget
