@@ -429,7 +429,7 @@ def nnet3_compute_batch(config: BatchComputeConfig, nnet_rxfilename: str,
     from ..cache import CachingCompiler
     from ..io.table import (MATRIX_HOLDER, RandomAccessTableReader, SequentialTableReader,
                             TableWriter)
-    from .utterances import MappedVectorReader, read_model
+    from .utterances import MappedVectorReader, read_model, utterance_inputs
 
     start = time.perf_counter()
     if config.online_ivector_rspecifier and config.online_ivector_period <= 0:
@@ -466,24 +466,8 @@ def nnet3_compute_batch(config: BatchComputeConfig, nnet_rxfilename: str,
 
     try:
         with SequentialTableReader(feature_rspecifier, MATRIX_HOLDER) as feature_reader:
-            for utt, features in feature_reader:
-                if features.shape[0] == 0:
-                    log.warn(f"Zero-length utterance: {utt}")
-                    result.num_fail += 1
-                    continue
-                ivector = online_ivectors = None
-                if ivector_reader is not None:
-                    if not ivector_reader.has_key(utt):
-                        log.warn(f"No iVector available for utterance {utt}")
-                        result.num_fail += 1
-                        continue
-                    ivector = ivector_reader.value(utt)
-                if online_reader is not None:
-                    if not online_reader.has_key(utt):
-                        log.warn(f"No online iVector available for utterance {utt}")
-                        result.num_fail += 1
-                        continue
-                    online_ivectors = online_reader.value(utt)
+            for utt, features, ivector, online_ivectors in utterance_inputs(
+                    feature_reader, ivector_reader, online_reader, result):
                 num_frames[utt] = features.shape[0]
                 inference.accept_input(utt, features, ivector, online_ivectors,
                                        config.online_ivector_period)

@@ -456,7 +456,7 @@ def nnet3_compute_looped(config: Nnet3ComputeLoopedConfig, nnet_rxfilename: str,
     from ..io.table import (MATRIX_HOLDER, RandomAccessTableReader, SequentialTableReader,
                             TableWriter)
     from .decodable import prepare_nnet_for_test
-    from .utterances import MappedVectorReader, read_model
+    from .utterances import MappedVectorReader, read_model, utterance_inputs
 
     start = time.perf_counter()
     if config.online_ivector_rspecifier and config.ivector_rspecifier:
@@ -477,24 +477,8 @@ def nnet3_compute_looped(config: Nnet3ComputeLoopedConfig, nnet_rxfilename: str,
     writer = TableWriter(matrix_wspecifier, MATRIX_HOLDER)
     try:
         with SequentialTableReader(feature_rspecifier, MATRIX_HOLDER) as feature_reader:
-            for utt, features in feature_reader:
-                if features.shape[0] == 0:
-                    log.warn(f"Zero-length utterance: {utt}")
-                    result.num_fail += 1
-                    continue
-                ivector = online_ivectors = None
-                if ivector_reader is not None:
-                    if not ivector_reader.has_key(utt):
-                        log.warn(f"No iVector available for utterance {utt}")
-                        result.num_fail += 1
-                        continue
-                    ivector = ivector_reader.value(utt)
-                if online_reader is not None:
-                    if not online_reader.has_key(utt):
-                        log.warn(f"No online iVector available for utterance {utt}")
-                        result.num_fail += 1
-                        continue
-                    online_ivectors = online_reader.value(utt)
+            for utt, features, ivector, online_ivectors in utterance_inputs(
+                    feature_reader, ivector_reader, online_reader, result):
                 decodable = DecodableNnetSimpleLooped(info, features, ivector, online_ivectors,
                                                       config.online_ivector_period,
                                                       config.backend)

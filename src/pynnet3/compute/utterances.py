@@ -19,7 +19,7 @@ import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -126,6 +126,34 @@ class MappedVectorReader:
             self.utt2spk.close()
 
 
+def utterance_inputs(feature_reader: Any, ivector_reader: Any, online_reader: Any,
+                     result: Any) -> Iterator[tuple[str, np.ndarray, Any, Any]]:
+    """``(utt, features, ivector, online_ivectors)`` of each utterance that has
+    what the computation needs, as Kaldi's compute binaries read them: an
+    empty utterance, or one whose (online) iVector the given reader lacks, gets
+    Kaldi's warning and counts in ``result.num_fail``.  A reader that is None
+    gives None."""
+    for utt, features in feature_reader:
+        if features.shape[0] == 0:
+            log.warn(f"Zero-length utterance: {utt}")
+            result.num_fail += 1
+            continue
+        ivector = online_ivectors = None
+        if ivector_reader is not None:
+            if not ivector_reader.has_key(utt):
+                log.warn(f"No iVector available for utterance {utt}")
+                result.num_fail += 1
+                continue
+            ivector = ivector_reader.value(utt)
+        if online_reader is not None:
+            if not online_reader.has_key(utt):
+                log.warn(f"No online iVector available for utterance {utt}")
+                result.num_fail += 1
+                continue
+            online_ivectors = online_reader.value(utt)
+        yield utt, features, ivector, online_ivectors
+
+
 def read_model(rxfilename: str, use_priors: bool) -> tuple[Any, np.ndarray]:
     """(network, priors): a raw network and no priors, or with ``use_priors``
     the network and priors of an ``.mdl`` (TransitionModel + AmNnetSimple)."""
@@ -206,24 +234,8 @@ def nnet3_compute(config: Nnet3ComputeConfig, nnet_rxfilename: str, feature_rspe
 
     try:
         with SequentialTableReader(feature_rspecifier, MATRIX_HOLDER) as feature_reader:
-            for utt, features in feature_reader:
-                if features.shape[0] == 0:
-                    log.warn(f"Zero-length utterance: {utt}")
-                    result.num_fail += 1
-                    continue
-                ivector = online_ivectors = None
-                if ivector_reader is not None:
-                    if not ivector_reader.has_key(utt):
-                        log.warn(f"No iVector available for utterance {utt}")
-                        result.num_fail += 1
-                        continue
-                    ivector = ivector_reader.value(utt)
-                if online_reader is not None:
-                    if not online_reader.has_key(utt):
-                        log.warn(f"No online iVector available for utterance {utt}")
-                        result.num_fail += 1
-                        continue
-                    online_ivectors = online_reader.value(utt)
+            for utt, features, ivector, online_ivectors in utterance_inputs(
+                    feature_reader, ivector_reader, online_reader, result):
                 if executor is None:
                     pending.append((utt, features.shape[0],
                                     compute(features, ivector, online_ivectors)))

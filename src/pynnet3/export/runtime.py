@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, Callable
 
 import numpy as np
@@ -148,7 +149,7 @@ def nnet3_compute_onnx(config: ComputeOnnxConfig, model_path: str, feature_rspec
                        matrix_wspecifier: str,
                        progress: Callable[[str, int], None] | None = None) -> tuple[int, int]:
     """nnet3-compute's loop with an exported model; (num done, num failed)."""
-    from ..compute.utterances import MappedVectorReader
+    from ..compute.utterances import MappedVectorReader, utterance_inputs
     from ..io.table import MATRIX_HOLDER, RandomAccessTableReader, SequentialTableReader, \
         TableWriter
 
@@ -166,28 +167,13 @@ def nnet3_compute_onnx(config: ComputeOnnxConfig, model_path: str, feature_rspec
                      if config.online_ivector_rspecifier else None)
     ivector_reader = (MappedVectorReader(config.ivector_rspecifier, config.utt2spk_rspecifier)
                       if config.ivector_rspecifier else None)
-    num_done = num_fail = frames = 0
+    num_done = frames = 0
+    failed = SimpleNamespace(num_fail=0)  # counted by utterance_inputs
     writer = TableWriter(matrix_wspecifier, MATRIX_HOLDER)
     try:
         with SequentialTableReader(feature_rspecifier, MATRIX_HOLDER) as reader:
-            for utt, feats in reader:
-                if feats.shape[0] == 0:
-                    log.warn(f"Zero-length utterance: {utt}")
-                    num_fail += 1
-                    continue
-                ivector = online = None
-                if ivector_reader is not None:
-                    if not ivector_reader.has_key(utt):
-                        log.warn(f"No iVector available for utterance {utt}")
-                        num_fail += 1
-                        continue
-                    ivector = ivector_reader.value(utt)
-                if online_reader is not None:
-                    if not online_reader.has_key(utt):
-                        log.warn(f"No online iVector available for utterance {utt}")
-                        num_fail += 1
-                        continue
-                    online = online_reader.value(utt)
+            for utt, feats, ivector, online in utterance_inputs(
+                    reader, ivector_reader, online_reader, failed):
                 out = model.compute(feats, ivector, online, period, config.output or None)
                 if config.apply_exp:
                     out = np.exp(out)
@@ -207,5 +193,5 @@ def nnet3_compute_onnx(config: ComputeOnnxConfig, model_path: str, feature_rspec
     seconds = time.perf_counter() - start
     rtf = seconds * 100.0 / frames if frames else float("inf")
     log.log(f"Time taken {seconds:g}s: real-time factor assuming 100 frames/sec is {rtf:g}")
-    log.log(f"Done {num_done} utterances, failed for {num_fail}")
-    return num_done, num_fail
+    log.log(f"Done {num_done} utterances, failed for {failed.num_fail}")
+    return num_done, failed.num_fail
