@@ -14,8 +14,13 @@ from typing import Any
 __all__ = ["sha1", "sha256"]
 
 
-def sha256(data: bytes = b"") -> Any:
-    """A SHA-256 hash object (``update``, ``digest``, ``hexdigest``)."""
+# The implementations, found on first use (a failed import is not memoised by
+# Python: retrying ``_sha2`` on 3.11 at every call cost ~0.15 ms, a twentieth
+# of a small network's compile, which hashes three times).
+_IMPL: dict[str, Any] = {}
+
+
+def _sha256_impl() -> Any:
     try:
         from _sha2 import sha256 as impl  # Python >= 3.12
     except ImportError:
@@ -23,13 +28,28 @@ def sha256(data: bytes = b"") -> Any:
             from _sha256 import sha256 as impl  # Python 3.11
         except ImportError:
             from hashlib import sha256 as impl
+    return impl
+
+
+def _sha1_impl() -> Any:
+    try:
+        from _sha1 import sha1 as impl
+    except ImportError:
+        from hashlib import sha1 as impl
+    return impl
+
+
+def sha256(data: bytes = b"") -> Any:
+    """A SHA-256 hash object (``update``, ``digest``, ``hexdigest``)."""
+    impl = _IMPL.get("sha256")
+    if impl is None:
+        impl = _IMPL["sha256"] = _sha256_impl()
     return impl(data)
 
 
 def sha1(data: bytes = b"") -> Any:
     """A SHA-1 hash object."""
-    try:
-        from _sha1 import sha1 as impl
-    except ImportError:
-        from hashlib import sha1 as impl
+    impl = _IMPL.get("sha1")
+    if impl is None:
+        impl = _IMPL["sha1"] = _sha1_impl()
     return impl(data)
