@@ -78,7 +78,13 @@ def main() -> int:
     parser.add_argument("--compare", action="store_true",
                         help="compare with the files in OUT_DIR instead of writing them")
     parser.add_argument("--only", default="", help="only cases whose name contains this")
+    parser.add_argument("--jit-from", type=int, default=None,
+                        help="fast_paths.graph_jit_from for the run (0: the Numba graph "
+                        "loops for every request)")
     args = parser.parse_args()
+    if args.jit_from is not None:
+        from pynnet3 import fast_paths
+        fast_paths._current = fast_paths.FastPaths(graph_jit_from=args.jit_from)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     bad = checked = 0

