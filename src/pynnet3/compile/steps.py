@@ -47,6 +47,7 @@ from ..nnet.nnet import NodeType
 from ..nnet.properties_cache import component_properties
 from .graph.computation_graph import ComputationGraph, GraphArrays
 from .graph.programs import uses_default_hooks
+from .nnet_memo import nnet_memo
 from .request import ComputationRequest
 from .steps_table import CindexKeys
 from .steps_jit import NO_START, STUCK, phases_for_epoch_jit
@@ -115,6 +116,13 @@ def compute_computation_phases(nnet: "Nnet", graph: ComputationGraph) -> list[li
             for phases in compute_computation_phase_arrays(nnet, graph)]
 
 
+def _epochs_plus_one(nnet: "Nnet") -> np.ndarray:
+    """Each node's epoch + 1 (read-only: it is shared between compilations)."""
+    ans = np.asarray(compute_nnet_computation_epochs(nnet), dtype=_INT64) + 1
+    ans.setflags(write=False)
+    return ans
+
+
 def compute_computation_phase_arrays(nnet: "Nnet", graph: ComputationGraph
                                      ) -> list[list[np.ndarray]]:
     """:func:`compute_computation_phases` with each phase an int64 array."""
@@ -122,7 +130,7 @@ def compute_computation_phase_arrays(nnet: "Nnet", graph: ComputationGraph
     if not graph.segment_ends or graph.segment_ends[-1] != num:
         raise PynnetError("compute_computation_phases: the graph must be pruned "
                           "(segment_ends must cover every cindex)")
-    node_to_epoch = np.asarray(compute_nnet_computation_epochs(nnet), dtype=_INT64) + 1
+    node_to_epoch = nnet_memo(nnet, "epochs", _epochs_plus_one)
     num_epochs = int(node_to_epoch.max()) + 1 if len(node_to_epoch) else 1
     epoch_is_trivial = np.bincount(node_to_epoch, minlength=num_epochs) <= 1
     num_segments = len(graph.segment_ends)

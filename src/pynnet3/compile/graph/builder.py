@@ -50,6 +50,7 @@ from ...nnet.graph import graph_has_cycles, nnet_to_directed_graph
 from ...nnet.nnet import NodeType
 from .bulk import BulkGraph, BulkPlan, build_graph_bulk
 from .bulk_prune import prune_bulk
+from ..nnet_memo import nnet_memo
 from .jit_exact import JitGraph, build_graph_jit
 from .jit_exact import _build as _jit_exact_build
 from .programs import (INT32_MAX, INT32_MIN, JitPlan, analyse_descriptor, make_jit_plan,
@@ -235,7 +236,8 @@ class ComputationGraphBuilder:
         if self._fast and not check and not len(self.graph):
             # The vectorised path never applies to a recurrent network.
             if self._recurrent is None:
-                self._recurrent = graph_has_cycles(nnet_to_directed_graph(self.nnet))
+                self._recurrent = nnet_memo(
+                    self.nnet, "recurrent", lambda nnet: graph_has_cycles(nnet_to_directed_graph(nnet)))
             if ((not self._recurrent and self._compute_bulk(request))
                     or self._compute_jit(request)):
                 return
@@ -259,7 +261,7 @@ class ComputationGraphBuilder:
     def _compute_bulk(self, request: ComputationRequest) -> bool:
         """compute() by the vectorised path (bulk.py), if it applies."""
         if self._bulk_plan is None:
-            self._bulk_plan = BulkPlan(self.nnet)
+            self._bulk_plan = nnet_memo(self.nnet, "bulk_plan", BulkPlan)
         jit_plan = self._bulk_plan.jit_plan
         if jit_plan is not None and jit_plan.has_ranges:
             # A window component (statistics pooling) nearly always reaches
@@ -285,7 +287,7 @@ class ComputationGraphBuilder:
             if bulk_plan is not None and bulk_plan.eligible:
                 self._jit_plan = bulk_plan.jit_plan or False   # (made already)
             else:
-                self._jit_plan = make_jit_plan(self.nnet) or False
+                self._jit_plan = nnet_memo(self.nnet, "jit_plan", make_jit_plan) or False
         if self._jit_plan is False:
             return False
         # (A window component makes even a small request's graph large.)
