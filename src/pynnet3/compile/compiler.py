@@ -39,6 +39,7 @@ from .descriptor_commands import (CindexTable, compile_backward_from_step_locati
 from .computation import (Command, CommandType, MatrixDebugInfo, NnetComputation, make_command,
                           PrecomputedIndexesInfo, StrideType)
 from .graph.builder import ComputationGraphBuilder
+from .nnet_memo import nnet_memo
 from .graph.computation_graph import ComputationGraph
 from ..nnet.index_lists import CindexList, IndexList
 from .request import ComputationRequest
@@ -113,10 +114,12 @@ class Compiler:
         # cindex_id -> (step, row) of where it is computed (Kaldi's cindex_id_to_location_).
         self.loc_step = np.zeros(0, dtype=np.int64)
         self.loc_row = np.zeros(0, dtype=np.int64)
-        # Per-compilation memos: component property flags, descriptor-part scales.
+        # Per-compilation memo: component property flags; per network (the
+        # structure alone decides them): descriptor-part scales.
         self._props: dict[int, int] = {}
-        self._scales: dict[int, tuple] = {}
-        self._part_dims: dict[int, list[int]] = {}   # descriptor node -> its parts' dims
+        self._scales: dict[int, tuple] = nnet_memo(nnet, "part_scales", lambda n: {})
+        # descriptor node -> its parts' dims (structure: kept per network)
+        self._part_dims: dict[int, list[int]] = nnet_memo(nnet, "part_dims", lambda n: {})
         self._graph_arrays = None   # set by _set_graph_columns() once the steps are known
 
     # -- the driver -------------------------------------------------------------
@@ -314,6 +317,8 @@ class Compiler:
         step_node = np.zeros(len(by_step), dtype=np.int64)
         self.steps = [StepInfo() for _ in by_step]
         node_shape: dict[int, tuple[int, StrideType]] = {}
+        node_dims = nnet_memo(nnet, "node_dims",
+                              lambda n: [n.node_dim(i) for i in range(n.num_nodes())])
         for step, ids in enumerate(by_step):
             info = self.steps[step]
             info.output_cindex_ids = ids_arr = np.asarray(ids, dtype=np.int64)
@@ -334,7 +339,7 @@ class Compiler:
             # (A recurrent layer has a step per frame: ask the network once per node.)
             shape = node_shape.get(node_index)
             if shape is None:
-                shape = node_shape[node_index] = (nnet.node_dim(node_index),
+                shape = node_shape[node_index] = (node_dims[node_index],
                                                   self.get_stride_type(node_index))
             num_rows, (num_cols, stride) = len(ids), shape
             if node.node_type is not NodeType.DIM_RANGE:
@@ -420,7 +425,9 @@ class Compiler:
                 groups.append((infos, bounds))
         results = compute_input_locations_lists(jobs, self.graph, table, self.loc_step,
                                                 self.loc_row,
-                                                fast_paths.current().input_locations)
+                                                fast_paths.current().input_locations,
+                                                nnet_memo(self.nnet, "input_terms",
+                                                          lambda nnet: {}))
         for (infos, bounds), locations in zip(groups, results):
             if len(infos) == 1:
                 infos[0].input_locations_list.append(locations)

@@ -169,17 +169,28 @@ def compute_input_locations_list(part: d.SumDescriptor, output_indexes: Sequence
 def compute_input_locations_lists(jobs: Sequence[tuple[d.SumDescriptor, np.ndarray]],
                                   graph: ComputationGraph, table: CindexTable,
                                   loc_step: np.ndarray, loc_row: np.ndarray,
-                                  use_fast_path: bool = True) -> list[PairLists]:
+                                  use_fast_path: bool = True,
+                                  term_cache: dict | None = None) -> list[PairLists]:
     """:func:`compute_input_locations_list` for many (part, output index
     array) jobs at once: the forwarding terms of all of them are looked up
     in one go (a network has a hundred descriptor parts; one lookup each
-    would cost more than the lookups themselves)."""
+    would cost more than the lookups themselves), and the parts that are
+    sums of plain offsets are mapped together too.  ``term_cache`` (kept
+    per network by the caller) remembers each part's offsets."""
     ans: list[PairLists | None] = [None] * len(jobs)
     # (job, row, node, n, t, x, optional) of every term of every fast job.
     cols: list[list[np.ndarray]] = [[] for _ in range(6)]
     optional_flags: list[np.ndarray] = []
     fast_jobs: list[int] = []
+    # Jobs whose terms are all plain offsets (nearly all) are mapped together.
+    offset_jobs: list[tuple[int, np.ndarray]] = []
     for j, (part, out_idx) in enumerate(jobs):
+        if use_fast_path:
+            table_j = _offset_terms_cached(part, term_cache)
+            if table_j is not None:
+                offset_jobs.append((j, table_j))
+                fast_jobs.append(j)
+                continue
         terms = _forwarding_terms(part) if use_fast_path else None
         mapped = _map_terms(terms, out_idx) if terms is not None else None
         if mapped is None:
@@ -194,6 +205,11 @@ def compute_input_locations_lists(jobs: Sequence[tuple[d.SumDescriptor, np.ndarr
             optional_flags.append(np.full(len(row), optional, dtype=bool))
     if not fast_jobs:
         return ans  # type: ignore[return-value]
+    if offset_jobs:
+        mapped = _map_offset_jobs(offset_jobs, jobs)
+        for c, v in zip(cols, mapped[:6]):
+            c.append(v)
+        optional_flags.append(mapped[6])
     job, row, node, n, t, x = (np.concatenate(c) if c else np.zeros(0, dtype=np.int64)
                                for c in cols)
     optional = np.concatenate(optional_flags) if optional_flags else np.zeros(0, dtype=bool)
@@ -208,11 +224,80 @@ def compute_input_locations_lists(jobs: Sequence[tuple[d.SumDescriptor, np.ndarr
     order = np.lexsort((n, x, t, node, row, job))
     job, row, found = job[order], row[order], found[order]
     pairs = np.stack([loc_step[found], loc_row[found]], axis=1)
-    bounds = np.searchsorted(job, np.arange(len(jobs) + 1)).tolist()
+    # Every job's row_ptr from one count over all jobs' rows (the pairs are
+    # in job, then row order).
+    num_rows = [len(out_idx) for _, out_idx in jobs]
+    first_row = np.zeros(len(jobs) + 1, dtype=np.int64)
+    np.cumsum(num_rows, out=first_row[1:])
+    ptr = np.zeros(int(first_row[-1]) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(first_row[job] + row, minlength=len(ptr) - 1), out=ptr[1:])
+    starts = first_row.tolist()
     for j in fast_jobs:
-        lo, hi = bounds[j], bounds[j + 1]
-        ans[j] = PairLists.from_row_ids(len(jobs[j][1]), row[lo:hi], pairs[lo:hi])
+        row_ptr = ptr[starts[j]:starts[j + 1] + 1]
+        lo, hi = int(row_ptr[0]), int(row_ptr[-1])
+        ans[j] = PairLists.trusted(row_ptr - lo, pairs[lo:hi])
     return ans  # type: ignore[return-value]
+
+
+def _offset_terms(part: d.SumDescriptor) -> np.ndarray | None:
+    """For a part that is a sum of plain offset terms (``node``,
+    ``Offset(node, ...)``, maybe in IfDefined) and constants: a row per term,
+    (source node, dn, dt, dx, optional); None otherwise."""
+    terms = _forwarding_terms(part)
+    if terms is None:
+        return None
+    rows = []
+    for f, optional in terms:
+        dn = dt = dx = 0
+        while type(f) is d.OffsetForwardingDescriptor:
+            o = f.offset
+            dn, dt, dx = dn + int(o[0]), dt + int(o[1]), dx + int(o[2])
+            f = f.src
+        if type(f) is not d.SimpleForwardingDescriptor:
+            return None
+        rows.append((f.src_node, dn, dt, dx, optional))
+    return np.array(rows, dtype=np.int64).reshape(len(rows), 5)
+
+
+def _offset_terms_cached(part: d.SumDescriptor, cache: dict | None) -> np.ndarray | None:
+    if cache is None:
+        return _offset_terms(part)
+    hit = cache.get(id(part))
+    if hit is None or hit[0] is not part:
+        # (The part is kept so that its id is not reused while cached.)
+        hit = cache[id(part)] = (part, _offset_terms(part))
+    return hit[1]
+
+
+def _map_offset_jobs(offset_jobs: list[tuple[int, np.ndarray]],
+                     jobs: Sequence[tuple[d.SumDescriptor, np.ndarray]]
+                     ) -> tuple[np.ndarray, ...]:
+    """(job, row, node, n, t, x, optional) of every term of every output row
+    (t not kNoTime) of jobs whose terms are plain offsets, all at once; the
+    n, t, x offsets are added in int32 arithmetic as _map_to_input does."""
+    job_ids = np.array([j for j, _ in offset_jobs], dtype=np.int64)
+    num_rows = np.array([len(jobs[j][1]) for j, _ in offset_jobs], dtype=np.int64)
+    num_terms = np.array([len(tab) for _, tab in offset_jobs], dtype=np.int64)
+    out = np.concatenate([jobs[j][1] for j, _ in offset_jobs]).astype(np.int64, copy=False)
+    terms = np.concatenate([tab for _, tab in offset_jobs])
+    which = np.repeat(np.arange(len(offset_jobs), dtype=np.int64), num_rows)
+    row = np.arange(len(out), dtype=np.int64) - np.repeat(np.cumsum(num_rows) - num_rows,
+                                                          num_rows)
+    real = np.flatnonzero(out[:, 1] != K_NO_TIME)
+    if len(real) < len(out):
+        which, row, out = which[real], row[real], out[real]
+    # Each real row once per term of its job, the terms in order.
+    counts = num_terms[which]
+    parent = np.repeat(np.arange(len(row), dtype=np.int64), counts)
+    term_start = np.cumsum(num_terms) - num_terms
+    starts = np.cumsum(counts) - counts
+    term = np.arange(int(counts.sum()), dtype=np.int64) - starts[parent] \
+        + term_start[which[parent]]
+    mapped = out[parent] + terms[term, 1:4]
+    if mapped.size and (mapped.min() < _INT32_MIN or mapped.max() > -_INT32_MIN - 1):
+        mapped = _wrap32(mapped)
+    return (job_ids[which[parent]], row[parent], terms[term, 0], mapped[:, 0], mapped[:, 1],
+            mapped[:, 2], terms[term, 4].astype(bool))
 
 
 def _map_terms(terms: list[tuple[Any, bool]], out_idx: np.ndarray

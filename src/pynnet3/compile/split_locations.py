@@ -54,6 +54,14 @@ class PairLists:
             raise PynnetError("PairLists: row_ptr does not match the pairs")
 
     @classmethod
+    def trusted(cls, row_ptr: np.ndarray, pairs: np.ndarray) -> "PairLists":
+        """From int64 arrays already in shape (``row_ptr`` 1-d, ``pairs``
+        (n, 2), agreeing), without the checks and conversions."""
+        self = cls.__new__(cls)
+        self.row_ptr, self.pairs, self._lengths = row_ptr, pairs, None
+        return self
+
+    @classmethod
     def from_lists(cls, lists: Sequence[Sequence[tuple[int, int]]]) -> "PairLists":
         lengths = np.fromiter((len(x) for x in lists), dtype=np.int64, count=len(lists))
         row_ptr = np.zeros(len(lists) + 1, dtype=np.int64)

@@ -547,48 +547,28 @@ class _Builder:
                     e_node[dst], e_n[dst], e_t[dst], e_x[dst] = rows.T
         ids, first = self.index.resolve(e_node, e_n, e_t, e_x)
         new = (e_node[first], e_n[first], e_t[first], e_x[first])
-        return new, *self._dedupe(counts, starts, ids)
+        return new, *self._dedupe(counts, parent, ids)
 
     @staticmethod
-    def _dedupe(counts: np.ndarray, starts: np.ndarray,
+    def _dedupe(counts: np.ndarray, parent: np.ndarray,
                 dep_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per parent (processing order), its dependency ids sorted and unique;
-        laid out in cindex_id order (the reverse)."""
+        """Per parent (processing order; ``parent`` names each entry's), its
+        dependency ids sorted and unique; laid out in cindex_id order (the
+        reverse)."""
         m = len(counts)
         if not m or int(counts.max()) <= 1:
             # At most one each: reversing the entries is enough.
             return counts[::-1].copy(), dep_ids[::-1].copy()
-        new_counts = counts.copy()
-        pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (pos, counts, values)
-        present = np.flatnonzero(np.bincount(counts))
-        present = present[present > 0]
-        if len(present) <= 8:
-            # Rows of equal length as small matrices, sorted along the rows.
-            for k in present.tolist():
-                pos = np.flatnonzero(counts == k)
-                mat = dep_ids[starts[pos][:, None] + np.arange(k)]
-                if k > 1:
-                    mat.sort(axis=1)
-                    dup = mat[:, 1:] == mat[:, :-1]
-                    if dup.any():
-                        keep = np.concatenate([np.ones((len(pos), 1), dtype=bool), ~dup], axis=1)
-                        new_counts[pos] = keep.sum(axis=1)
-                        pieces.append((pos, new_counts[pos], mat[keep]))
-                        continue
-                pieces.append((pos, counts[pos], mat.ravel()))
-        else:
-            parent = np.repeat(np.arange(m, dtype=_I64), counts)
-            big = int(dep_ids.max()) + 1
-            key = np.unique(parent * big + dep_ids)
-            pos_all = key // big
-            new_counts = np.bincount(pos_all, minlength=m).astype(_I64)
-            pieces.append((np.arange(m, dtype=_I64), new_counts, key - pos_all * big))
-        counts_by_id = new_counts[::-1]
-        offsets = np.cumsum(counts_by_id) - counts_by_id
-        flat_out = np.empty(int(counts_by_id.sum()), dtype=_I64)
-        for pos, c, values in pieces:
-            flat_out[_ragged_positions(offsets[m - 1 - pos], c)] = values
-        return counts_by_id.copy(), flat_out
+        # One sort of (cindex_id order of the parent, dependency) keys.
+        big = int(dep_ids.max()) + 1
+        key = (m - 1 - parent) * big + dep_ids
+        key.sort()
+        dup = key[1:] == key[:-1]
+        if dup.any():
+            key = key[np.concatenate([[True], ~dup])]
+            by_id = key // big
+            return np.bincount(by_id, minlength=m).astype(_I64), key - by_id * big
+        return counts[::-1].copy(), key % big
 
     def _generic_dependencies(self, nd: int, p: NodePlan, n: np.ndarray, t: np.ndarray,
                               x: np.ndarray) -> list[list[tuple[int, int, int, int]]]:

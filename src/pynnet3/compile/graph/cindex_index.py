@@ -131,13 +131,20 @@ class CindexIndex:
             absent = np.flatnonzero(ids < 0)
             if not absent.size:
                 return ids, absent
-            uniq, first, inverse = np.unique(keys[absent], return_index=True,
-                                             return_inverse=True)
-            new_ids = self._number(first)
-            self._grid[uniq] = new_ids
-            ids[absent] = new_ids[inverse]
-            first_sorted = np.sort(first)
-            return ids, self._record(absent[first_sorted], node, n, t, x)
+            # First occurrences without sorting: mark each absent key with
+            # -2 - (its position among the absent), writing in reverse so
+            # that the earliest position is written last and stays.
+            grid = self._grid
+            absent_keys = keys[absent]
+            num_absent = len(absent)
+            grid[absent_keys[::-1]] = np.arange(-1 - num_absent, -1, dtype=np.int32)
+            first_of = -2 - grid[absent_keys].astype(_I64)
+            first = np.flatnonzero(first_of == np.arange(num_absent, dtype=_I64))
+            new_ids = np.empty(num_absent, dtype=_I64)
+            new_ids[first] = np.arange(self.count, self.count + len(first), dtype=_I64)
+            grid[absent_keys[first]] = new_ids[first]
+            ids[absent] = new_ids[first_of]
+            return ids, self._record(absent[first], node, n, t, x)
         return self._resolve_sorted(node, n, t, x, codes)
 
     def _number(self, first: np.ndarray) -> np.ndarray:
