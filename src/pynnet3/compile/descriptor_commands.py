@@ -443,7 +443,7 @@ def _single_source_rows(lists: PairLists) -> tuple[int, np.ndarray] | None:
         return None
     first = pairs[:, 0]
     source = int(first[0])
-    if source < 0 or not (first == source).all():
+    if source < 0 or int(first.min()) != int(first.max()):
         return None
     return source, pairs[:, 1].astype(np.int32)
 
@@ -460,6 +460,13 @@ def compile_forward_from_step_locations(computation: NnetComputation, value_subm
         # on Python lists, which beats a dozen NumPy calls on tiny arrays.
         for split in split_locations_small(step_lists.to_lists_mapped(step_value_list)):
             _compile_forward_small(computation, value_submatrix, alpha, split)
+        return
+    # The usual part (one input row from one step each): steps have distinct
+    # value submatrices, so that is decided on the (step, row) pairs as well.
+    single = _single_source_rows(step_lists)
+    if single is not None:
+        compile_forward_from_indexes(computation, value_submatrix,
+                                     step_value_list[single[0]], alpha, single[1])
         return
     compile_forward_from_submat_locations_list(computation, value_submatrix, alpha,
                                                step_lists.map_first(step_value))
@@ -589,6 +596,13 @@ def compile_backward_from_step_locations(computation: NnetComputation, deriv_sub
                 for row in step_lists.to_lists_mapped(step_deriv_list)]
         for split in split_locations_backward_small(rows):
             _compile_backward_small(computation, deriv_submatrix, alpha, split)
+        return
+    # The usual part: every row from one step (see the forward version).
+    single = _single_source_rows(step_lists)
+    if single is not None and step_deriv_list[single[0]] > 0 \
+            and len(ensure_contiguous_property(single[1])) == 1:
+        compile_backward_from_indexes(computation, deriv_submatrix,
+                                      step_deriv_list[single[0]], alpha, single[1])
         return
     mapped = step_lists.map_first(step_deriv)
     if mapped.pairs.shape[0]:
