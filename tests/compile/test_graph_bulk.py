@@ -378,3 +378,29 @@ def test_compiled_closure_declines_a_missing_input_frame():
         outputs=[IoSpecification("output", [Index(0, t, 0) for t in range(0, 10)])])
     assert build_graph_bulk(BulkPlan(nnet), nnet, request, jit_from=0) is None
     assert not _assert_same(nnet, request, "missing frame")
+
+
+def test_offsets_past_the_int32_range_wrap_as_in_kaldi():
+    """Descriptor offsets are added in int32 arithmetic: an input frame past
+    2**31 - 1 wraps to a negative t, the same in the vectorised levels (which
+    range-check the n, t, x of a level at once) as in the exact algorithm."""
+    nnet = nnet_from_config("""
+input-node name=input dim=2
+component name=r type=RectifiedLinearComponent dim=2
+component-node name=r component=r input=Offset(input, 2147483600)
+output-node name=output input=Sum(r, Offset(r, 1))
+""")
+    wrapped = [(t + 2147483600 + 2 ** 31) % 2 ** 32 - 2 ** 31 for t in range(0, 60)]
+    request = ComputationRequest(
+        inputs=[IoSpecification("input", [Index(0, t, 0) for t in wrapped])],
+        outputs=[IoSpecification("output", [Index(0, t, 0) for t in range(40, 50)])])
+    assert min(wrapped) < 0 < max(wrapped)       # (some frames wrapped, some did not)
+    assert _assert_same(nnet, request, "wrapped offsets")
+    # The NumPy levels (the builder above took the compiled closure) agree.
+    plan = BulkPlan(nnet)
+    levels = build_graph_bulk(plan, nnet, request, jit_from=10 ** 9, jit_when_loaded=False)
+    closure = build_graph_bulk(plan, nnet, request, jit_from=0)
+    assert levels is not None and closure is not None
+    for name in ("node", "n", "t", "x", "dep_offsets", "dep_flat"):
+        assert np.array_equal(getattr(levels.arrays, name), getattr(closure.arrays, name)), name
+    assert int(levels.arrays.t.min()) < 0
