@@ -534,16 +534,18 @@ class TableWriter:
             raise FormatError(f"using invalid key '{key}'", where=self.wspecifier)
         w = KaldiWriter(self.opts.binary)
         self.holder.write(w, obj)
-        # Written in two parts, not joined: joining copies the whole object.
+        # Written in parts, not joined: joining copies the whole object (a
+        # large matrix is a view of the caller's array; see KaldiWriter).
         prefix = b"\0B" if self.opts.binary else b""
-        body = w.getvalue()
+        body = w.parts()
         if self.kind == "scp":
             if key not in self._script_map:
                 raise FormatError(f"no entry for key {key} in script file", where=self.script_name)
             f = open_wxfilename(self._script_map[key])
             try:
                 f.write(prefix)
-                f.write(body)
+                for part in body:
+                    f.write(part)
             except BaseException:
                 abort_stream(f)
                 raise
@@ -557,8 +559,9 @@ class TableWriter:
             self._script.write(f"{key} {self.archive_name}:{self._offset}\n".encode(
                 "utf-8", "surrogateescape"))
         self._archive.write(prefix)
-        self._archive.write(body)
-        self._offset += len(prefix) + len(body)
+        for part in body:
+            self._archive.write(part)
+        self._offset += len(prefix) + sum(len(part) for part in body)
         if self.opts.flush:
             self._archive.flush()
 
