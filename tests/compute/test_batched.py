@@ -161,3 +161,69 @@ def test_small_batched_all(name: str, archive: str) -> None:
         dec = DecodableNnetSimple(opts, case["nnet"], None, case["feats"][utt], case["compiler"],
                                   ivector=ivector)
         assert_close(batcher.get_all_output(dec), ref[utt], f"{name} {archive} {utt} batched")
+
+
+@pytest.mark.parametrize("kaldi_chunks", [False, True])
+def test_pieces_computed_straight_into_the_result(tiny: Nnet, kaldi_chunks: bool,
+                                                  monkeypatch) -> None:
+    """A batch of one chunk or piece writes its output straight into its rows
+    of the utterance's result (NnetComputer.set_output_buffer), with the
+    values of the one-chunk-at-a-time path; batches of several chunks copy."""
+    from pynnet3.compute.computer import NnetComputer
+
+    rng = np.random.RandomState(5)
+    feats = rng.randn(61, 3).astype(np.float32)
+    ivector = rng.randn(2).astype(np.float32)
+    opts = NnetSimpleComputationOptions(frames_per_chunk=6, frame_subsampling_factor=3)
+    compiler = new_compiler(tiny, opts)
+    calls: list[bool] = []
+    original = NnetComputer.set_output_buffer
+
+    def recording(self: NnetComputer, name: str, buffer: np.ndarray) -> bool:
+        calls.append(original(self, name, buffer))
+        return calls[-1]
+
+    monkeypatch.setattr(NnetComputer, "set_output_buffer", recording)
+
+    def decodable() -> DecodableNnetSimple:
+        return DecodableNnetSimple(opts, tiny, None, feats, compiler, ivector=ivector)
+
+    want = decodable().get_all_output()
+    got = ChunkBatchComputer(4, kaldi_chunks).get_all_output(decodable())
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert calls and all(calls)
+
+
+def test_set_output_buffer(tiny: Nnet) -> None:
+    from pynnet3.compute.computer import NnetComputeOptions, NnetComputer
+
+    rng = np.random.RandomState(6)
+    opts = NnetSimpleComputationOptions(frames_per_chunk=6, frame_subsampling_factor=3)
+    dec = DecodableNnetSimple(opts, tiny, None, rng.randn(30, 3).astype(np.float32),
+                              new_compiler(tiny, opts), ivector=rng.randn(2).astype(np.float32))
+    chunk = dec.chunk_inputs(0)
+    shape = ChunkShape(chunk.input_t_start - chunk.output_t_start, chunk.input_feats.shape[0],
+                       True, chunk.num_subsampled_frames)
+    computation = dec.compiler.compile(multi_chunk_request(shape, 1, 3))
+
+    def run(buffer: np.ndarray | None) -> tuple[np.ndarray, bool]:
+        computer = NnetComputer(NnetComputeOptions(), computation, tiny)
+        taken = computer.set_output_buffer("output", buffer) if buffer is not None else False
+        computer.accept_input("input", chunk.input_feats)
+        computer.accept_input("ivector", chunk.ivector.reshape(1, -1))
+        computer.run()
+        return computer.get_output("output"), taken
+
+    want, _ = run(None)
+    buffer = np.full((want.shape[0] + 2, want.shape[1]), 7.0, np.float32)
+    got, taken = run(buffer[1:-1])
+    assert taken and got.base is buffer
+    np.testing.assert_array_equal(got, want)
+    assert (buffer[0] == 7).all() and (buffer[-1] == 7).all()    # nothing written outside
+    # A buffer of another shape, dtype or layout is refused and nothing changes.
+    for bad in (np.zeros((want.shape[0] + 1, want.shape[1]), np.float32),
+                np.zeros(want.shape, np.float64),
+                np.zeros((want.shape[1], want.shape[0]), np.float32).T):
+        got, taken = run(bad)
+        assert not taken and got is not bad
+        np.testing.assert_array_equal(got, want)

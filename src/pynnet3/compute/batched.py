@@ -297,8 +297,13 @@ class ChunkBatchComputer:
             for size in batch_sizes(len(members), per_batch):
                 batch = members[begin:begin + size]
                 begin += size
-                output = self._compute(decodable, shape, [c for _, c in batch])
                 rows = shape.num_subsampled_frames
+                # A single chunk or piece is computed straight into its rows
+                # of the result (no matrix of its own, no copy).
+                dest = out[batch[0][0]:batch[0][0] + rows] if len(batch) == 1 else None
+                output = self._compute(decodable, shape, [c for _, c in batch], dest)
+                if output is dest:
+                    continue
                 for j, (start, _) in enumerate(batch):
                     out[start:start + rows] = output[j * rows:(j + 1) * rows]
         if decodable.log_priors.shape[0] != 0:
@@ -317,7 +322,9 @@ class ChunkBatchComputer:
         return request
 
     def _compute(self, decodable: "DecodableNnetSimple", shape: ChunkShape,
-                 batch: "list[ChunkInputs]") -> np.ndarray:
+                 batch: "list[ChunkInputs]", dest: np.ndarray | None = None) -> np.ndarray:
+        """The output of one computation over ``batch``: ``dest`` itself when
+        the computation could write it there."""
         opts = decodable.opts
         request = self._request(shape, len(batch), opts.frame_subsampling_factor)
         computation = decodable.compiler.compile(request)
@@ -326,6 +333,8 @@ class ChunkBatchComputer:
             compute_config = dataclasses.replace(compute_config, debug=True)
         computer = NnetComputer(compute_config, computation, decodable.nnet, None,
                                 backend=decodable.backend)
+        if dest is not None and not computer.set_output_buffer("output", dest):
+            dest = None
         if len(batch) == 1:
             feats = np.ascontiguousarray(batch[0].input_feats)
         else:
@@ -336,4 +345,4 @@ class ChunkBatchComputer:
                                                        .ravel() for c in batch]))
         computer.run()
         output: Any = computer.get_output_destructive("output")
-        return np.asarray(output, dtype=np.float32)
+        return output if output is dest else np.asarray(output, dtype=np.float32)

@@ -44,6 +44,9 @@ if TYPE_CHECKING:
 
 T = CommandType
 _IO = (T.ACCEPT_INPUT, T.PROVIDE_OUTPUT)
+# Backends whose matrices are host NumPy arrays (a caller's output buffer
+# serves them).
+_HOST_BACKENDS = ("reference", "cpu")
 
 
 @dataclass
@@ -181,6 +184,9 @@ class NnetComputer:
             # Kaldi's kUndefined; a backend without such an allocation zeroes.
             undefined = getattr(self.backend, "alloc_undefined", None)
             self._new_matrix = undefined if undefined is not None else self.backend.alloc
+        # Buffers the caller gave for output matrices (set_output_buffer),
+        # by matrix index: _alloc uses them.
+        self._placed: dict[int, np.ndarray] = {}
         self.debug = options.debug or log.verbose_level() >= 5
         self._command_strings: list[str] | None = None
         if self.debug:
@@ -255,6 +261,31 @@ class NnetComputer:
                 # A GeneralMatrix (egs) converts itself; a plain array is used as is.
                 to_matrix = getattr(feats, "to_matrix", None)
                 self.accept_input(io.name, to_matrix() if callable(to_matrix) else np.asarray(feats))
+
+    def set_output_buffer(self, node_name: str, buffer: np.ndarray) -> bool:
+        """Have the computation put output ``node_name`` straight into
+        ``buffer`` (a C-contiguous float32 array of the output's shape, e.g.
+        rows of the caller's result matrix) instead of a matrix of its own;
+        :meth:`get_output` then returns ``buffer``.  True when it will; False
+        (nothing changed) when this computation or backend cannot."""
+        if self.backend.name not in _HOST_BACKENDS or self.program_counter != 0:
+            return False
+        node_index = self.nnet.get_node_index(node_name)
+        comp = self.computation
+        outputs = [c for c in comp.commands
+                   if c.command_type is T.PROVIDE_OUTPUT and c.arg2 == node_index]
+        if len(outputs) != 1 or not comp.is_whole_matrix(outputs[0].arg1):
+            return False
+        m = comp.submatrices[outputs[0].arg1].matrix_index
+        info = comp.matrices[m]
+        allocs = [c for c in comp.commands if c.command_type is T.ALLOC_MATRIX
+                  and comp.submatrices[c.arg1].matrix_index == m]
+        if (len(allocs) != 1 or buffer.shape != (info.num_rows, info.num_cols)
+                or buffer.dtype != np.float32 or not buffer.flags.c_contiguous
+                or m in self._placed):
+            return False
+        self._placed[m] = buffer
+        return True
 
     def get_output(self, node_name: str) -> Any:
         """The value of output ``node_name`` (or, after the backward pass, the
@@ -375,7 +406,14 @@ class NnetComputer:
 
     def _alloc(self, c: Command) -> None:
         m, _, num_rows, _, num_cols, _ = self._sub[c.arg1]
-        self._matrices[m] = self._new_matrix(num_rows, num_cols)
+        placed = self._placed.get(m) if self._placed else None
+        if placed is None:
+            self._matrices[m] = self._new_matrix(num_rows, num_cols)
+        elif self.options.poison_undefined:
+            placed.fill(np.nan)
+            self._matrices[m] = placed
+        else:
+            self._matrices[m] = placed
 
     def _dealloc(self, c: Command) -> None:
         self._matrices[self._sub[c.arg1][0]] = None

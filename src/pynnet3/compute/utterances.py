@@ -243,9 +243,11 @@ def nnet3_compute(config: Nnet3ComputeConfig, nnet_rxfilename: str, feature_rspe
                     pending.append((utt, features.shape[0],
                                     executor.submit(compute, features, ivector,
                                                     online_ivectors)))
-                # Two utterances per worker in flight keep every worker busy
-                # while the first is written; more would only hold memory.
-                while pending and (len(pending) > 2 * num_workers
+                # One utterance more than workers in flight keeps every
+                # worker busy while the first is written (a worker that ends
+                # takes the queued one); more would only hold finished
+                # outputs (megabytes each) in memory until their turn.
+                while pending and (len(pending) > num_workers + 1
                                    or not isinstance(pending[0][2], Future)
                                    or pending[0][2].done()):
                     write_first()
