@@ -202,6 +202,8 @@ def nnet3_compute(config: Nnet3ComputeConfig, nnet_rxfilename: str, feature_rspe
         num_workers = 1    # one GPU stream: utterances one after another, as Kaldi
     if num_workers > 1:
         compiler = _LockedCompiler(compiler)
+    if batcher is not None:
+        batcher.output_pages.keep = num_workers + 1    # the outputs in flight, reused
 
     def compute(features: np.ndarray, ivector: np.ndarray | None,
                 online_ivectors: np.ndarray | None) -> np.ndarray:
@@ -233,6 +235,8 @@ def nnet3_compute(config: Nnet3ComputeConfig, nnet_rxfilename: str, feature_rspe
         if isinstance(matrix, Future):
             matrix = matrix.result()
         writer.write(utt, matrix)
+        if batcher is not None:
+            batcher.release_output(matrix)    # (written: its pages serve a later utterance)
         result.frame_count += num_frames
         result.num_success += 1
         if progress is not None:

@@ -176,7 +176,10 @@ class ObjectStream:
     so objects of any size stream through without reading the whole input.
     """
 
-    BLOCK = 1 << 20
+    # (256 KiB: the buffer, and the copy made when consumed bytes are
+    # dropped, count in a run's peak memory; larger objects still read in
+    # one go, as the read size follows what the parse needs)
+    BLOCK = 1 << 18
 
     def __init__(self, f: BinaryIO, name: str) -> None:
         self.f = f
