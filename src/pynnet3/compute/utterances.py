@@ -202,8 +202,6 @@ def nnet3_compute(config: Nnet3ComputeConfig, nnet_rxfilename: str, feature_rspe
         num_workers = 1    # one GPU stream: utterances one after another, as Kaldi
     if num_workers > 1:
         compiler = _LockedCompiler(compiler)
-    if batcher is not None:
-        batcher.output_pages.keep = num_workers + 1    # the outputs in flight, reused
 
     def compute(features: np.ndarray, ivector: np.ndarray | None,
                 online_ivectors: np.ndarray | None) -> np.ndarray:
