@@ -43,7 +43,8 @@ def test_component_reference_matches_kaldi_keys():
     from pynnet3.nnet.components import base
 
     def keys(name):
-        return {k.key: k.default for k in gen_docs.component_config_keys(base._REGISTRY[name])}
+        return {k.key: k.default for k in gen_docs.component_config_keys(
+            base.component_class(name))}
 
     affine = keys("AffineComponent")
     # Kaldi's AffineComponent reads no bias-mean (the natural-gradient one does)

@@ -135,3 +135,80 @@ def test_token_archive_values_are_bytes(tmp_path) -> None:
     with RandomAccessTableReader(f"ark:{tmp_path}/utt2spk", TOKEN_HOLDER) as utt2spk, \
             RandomAccessTableReader(f"ark:{tmp_path}/spk.ark", VECTOR_HOLDER) as spk:
         assert spk.value(utt2spk.value("u1")).tolist() == [1.0, 2.0]
+
+
+def _mapping_rss_kib(path) -> int | None:
+    """Resident KiB of this process's mappings of ``path`` (Linux), or None."""
+    import os
+
+    try:
+        with open("/proc/self/smaps", encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    real = os.path.realpath(path)
+    total, inside = 0, False
+    for line in lines:
+        parts = line.split()
+        if parts and "-" in parts[0] and len(parts) >= 5 and ":" in parts[3]:
+            inside = len(parts) >= 6 and parts[5] == real
+        elif inside and parts[0] == "Rss:":
+            total += int(parts[1])
+    return total
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_model_file_is_mapped_and_its_pages_dropped(tmp_path, binary):
+    """open_kaldi_object maps a plain file: the objects read are those of the
+    file's bytes, and a large binary matrix's pages are dropped from the
+    process once copied (the file's bytes are not held beside the model)."""
+    from pynnet3.io.kaldi_io import open_kaldi_object
+
+    rng = np.random.RandomState(0)
+    big = rng.randn(1000, 600).astype(np.float32)       # 2.4 MB
+    small = rng.randn(7).astype(np.float32)
+    w = KaldiWriter(binary)
+    w.write_token("<A>")
+    w.write_matrix(big)
+    w.write_vector(small)
+    w.write_token("</A>")
+    path = tmp_path / "obj"
+    path.write_bytes((b"\0B" if binary else b"") + w.getvalue())
+    r = open_kaldi_object(str(path))
+    assert not isinstance(r.data, bytes)            # mapped, not read
+    assert r.binary == binary and r.data.startswith(b"<A>", r.pos)
+    r.expect_token("<A>")
+    got = r.read_matrix()
+    if binary:
+        np.testing.assert_array_equal(got, big)
+    else:       # (text: 7 significant digits)
+        np.testing.assert_allclose(got, big, rtol=1e-6)
+    if binary:
+        rss = _mapping_rss_kib(path)
+        if rss is not None:
+            assert rss < 600, f"{rss} KiB of the mapped file still resident"
+    np.testing.assert_allclose(r.read_vector(), small, rtol=1e-6)
+    r.expect_token("</A>")
+    assert r.at_eof()
+    # Not a plain file: read as before (an empty file, a missing one).
+    (tmp_path / "empty").write_bytes(b"")
+    assert open_kaldi_object(str(tmp_path / "empty")).data == b""
+    with pytest.raises(FormatError, match="could not open"):
+        open_kaldi_object(str(tmp_path / "missing"))
+
+
+def test_writer_holds_large_matrices_by_reference():
+    """A large binary matrix is a view of the array in KaldiWriter.parts()
+    (a table writer writes it from there); getvalue() is the same bytes."""
+    big = np.arange(200 * 400, dtype=np.float32).reshape(200, 400)
+    w = KaldiWriter(True)
+    w.write_token("<X>")
+    w.write_matrix(big)
+    w.write_int32(5)
+    parts = w.parts()
+    assert any(isinstance(p, memoryview) and p.obj is big for p in parts)
+    joined = b"".join(parts)
+    assert joined == w.getvalue()
+    assert joined == (b"<X> FM \x04" + np.int32(200).tobytes() + b"\x04"
+                      + np.int32(400).tobytes() + big.tobytes() + b"\x04"
+                      + np.int32(5).tobytes())

@@ -161,3 +161,175 @@ def test_small_batched_all(name: str, archive: str) -> None:
         dec = DecodableNnetSimple(opts, case["nnet"], None, case["feats"][utt], case["compiler"],
                                   ivector=ivector)
         assert_close(batcher.get_all_output(dec), ref[utt], f"{name} {archive} {utt} batched")
+
+
+@pytest.mark.parametrize("kaldi_chunks", [False, True])
+def test_pieces_computed_straight_into_the_result(tiny: Nnet, kaldi_chunks: bool,
+                                                  monkeypatch) -> None:
+    """A batch of one chunk or piece writes its output straight into its rows
+    of the utterance's result (NnetComputer.set_output_buffer), with the
+    values of the one-chunk-at-a-time path; batches of several chunks copy."""
+    from pynnet3.compute.computer import NnetComputer
+
+    rng = np.random.RandomState(5)
+    feats = rng.randn(61, 3).astype(np.float32)
+    ivector = rng.randn(2).astype(np.float32)
+    opts = NnetSimpleComputationOptions(frames_per_chunk=6, frame_subsampling_factor=3)
+    compiler = new_compiler(tiny, opts)
+    calls: list[bool] = []
+    original = NnetComputer.set_output_buffer
+
+    def recording(self: NnetComputer, name: str, buffer: np.ndarray) -> bool:
+        calls.append(original(self, name, buffer))
+        return calls[-1]
+
+    monkeypatch.setattr(NnetComputer, "set_output_buffer", recording)
+
+    def decodable() -> DecodableNnetSimple:
+        return DecodableNnetSimple(opts, tiny, None, feats, compiler, ivector=ivector)
+
+    want = decodable().get_all_output()
+    got = ChunkBatchComputer(4, kaldi_chunks).get_all_output(decodable())
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert calls and all(calls)
+
+
+def test_set_output_buffer(tiny: Nnet) -> None:
+    from pynnet3.compute.computer import NnetComputeOptions, NnetComputer
+
+    rng = np.random.RandomState(6)
+    opts = NnetSimpleComputationOptions(frames_per_chunk=6, frame_subsampling_factor=3)
+    dec = DecodableNnetSimple(opts, tiny, None, rng.randn(30, 3).astype(np.float32),
+                              new_compiler(tiny, opts), ivector=rng.randn(2).astype(np.float32))
+    chunk = dec.chunk_inputs(0)
+    shape = ChunkShape(chunk.input_t_start - chunk.output_t_start, chunk.input_feats.shape[0],
+                       True, chunk.num_subsampled_frames)
+    computation = dec.compiler.compile(multi_chunk_request(shape, 1, 3))
+
+    def run(buffer: np.ndarray | None) -> tuple[np.ndarray, bool]:
+        computer = NnetComputer(NnetComputeOptions(), computation, tiny)
+        taken = computer.set_output_buffer("output", buffer) if buffer is not None else False
+        computer.accept_input("input", chunk.input_feats)
+        computer.accept_input("ivector", chunk.ivector.reshape(1, -1))
+        computer.run()
+        return computer.get_output("output"), taken
+
+    want, _ = run(None)
+    buffer = np.full((want.shape[0] + 2, want.shape[1]), 7.0, np.float32)
+    got, taken = run(buffer[1:-1])
+    assert taken and got.base is buffer
+    np.testing.assert_array_equal(got, want)
+    assert (buffer[0] == 7).all() and (buffer[-1] == 7).all()    # nothing written outside
+    # A buffer of another shape, dtype or layout is refused and nothing changes.
+    for bad in (np.zeros((want.shape[0] + 1, want.shape[1]), np.float32),
+                np.zeros(want.shape, np.float64),
+                np.zeros((want.shape[1], want.shape[0]), np.float32).T):
+        got, taken = run(bad)
+        assert not taken and got is not bad
+        np.testing.assert_array_equal(got, want)
+
+
+def test_scratch_plan_is_a_valid_packing(tiny: Nnet) -> None:
+    """plan_scratch gives matrices whose lifetimes overlap disjoint ranges of
+    the buffer, leaves the inputs and outputs out, and a computer using the
+    scratch buffer gives the output of one that allocates."""
+    from pynnet3.compile.computation import CommandType
+    from pynnet3.compute.computer import (NnetComputeOptions, NnetComputer, ScratchBuffer,
+                                          plan_scratch)
+
+    rng = np.random.RandomState(7)
+    opts = NnetSimpleComputationOptions(frames_per_chunk=6, frame_subsampling_factor=3)
+    dec = DecodableNnetSimple(opts, tiny, None, rng.randn(40, 3).astype(np.float32),
+                              new_compiler(tiny, opts), ivector=rng.randn(2).astype(np.float32))
+    piece = dec.piece_inputs(0, 8)
+    shape = ChunkShape(piece.input_t_start - piece.output_t_start, piece.input_feats.shape[0],
+                       True, piece.num_subsampled_frames)
+    comp = dec.compiler.compile(multi_chunk_request(shape, 1, 3))
+    plan = plan_scratch(comp)
+    if plan is not None:
+        offsets, total = plan
+        life: dict[int, list[int]] = {}
+        for pc, c in enumerate(comp.commands):
+            if c.command_type in (CommandType.ALLOC_MATRIX, CommandType.DEALLOC_MATRIX):
+                life.setdefault(comp.submatrices[c.arg1].matrix_index, []).append(pc)
+            if c.command_type in (CommandType.ACCEPT_INPUT, CommandType.PROVIDE_OUTPUT):
+                assert comp.submatrices[c.arg1].matrix_index not in offsets
+        spans = {m: (o, o + comp.matrices[m].num_rows * comp.matrices[m].num_cols)
+                 for m, o in offsets.items()}
+        assert max(hi for _, hi in spans.values()) <= total
+        for a in offsets:
+            for b in offsets:
+                if a < b and life[a][0] <= life[b][1] and life[b][0] <= life[a][1]:
+                    assert spans[a][1] <= spans[b][0] or spans[b][1] <= spans[a][0]
+
+    def run(scratch: ScratchBuffer | None) -> np.ndarray:
+        computer = NnetComputer(NnetComputeOptions(poison_undefined=True), comp, tiny,
+                                scratch=scratch)
+        computer.accept_input("input", piece.input_feats)
+        computer.accept_input("ivector", piece.ivector.reshape(1, -1))
+        computer.run()
+        return computer.get_output("output").copy()
+
+    scratch = ScratchBuffer()
+    np.testing.assert_array_equal(run(scratch), run(None))
+    np.testing.assert_array_equal(run(scratch), run(None))     # (the buffer reused)
+
+
+def test_vosk_scratch_plan_packs_the_peak(vosk_mdl: Path) -> None:
+    """On the vosk TDNN-F piece computation the plan needs no more than the
+    computation's peak of live matrices (greedy-by-size is optimal there)."""
+    from pynnet3.compile.computation import CommandType
+    from pynnet3.compile.model_io import read_nnet
+    from pynnet3.compute.computer import plan_scratch
+    from pynnet3.compute.decodable import prepare_nnet_for_test
+
+    nnet = read_nnet(str(vosk_mdl))
+    prepare_nnet_for_test(nnet)
+    opts = NnetSimpleComputationOptions(acoustic_scale=1.0, frame_subsampling_factor=3)
+    dec = DecodableNnetSimple(opts, nnet, None, np.zeros((400, 40), np.float32),
+                              new_compiler(nnet, opts), ivector=np.zeros(100, np.float32))
+    piece = dec.piece_inputs(0, 68)
+    shape = ChunkShape(piece.input_t_start - piece.output_t_start, piece.input_feats.shape[0],
+                       True, piece.num_subsampled_frames)
+    comp = dec.compiler.compile(multi_chunk_request(shape, 1, 3))
+    plan = plan_scratch(comp)
+    assert plan is not None
+    live = peak = 0
+    sizes: dict[int, int] = {}
+    for c in comp.commands:
+        if c.command_type not in (CommandType.ALLOC_MATRIX, CommandType.DEALLOC_MATRIX):
+            continue
+        m = comp.submatrices[c.arg1].matrix_index
+        if c.command_type is CommandType.ALLOC_MATRIX and m in plan[0]:
+            sizes[m] = comp.matrices[m].num_rows * comp.matrices[m].num_cols
+            live += sizes[m]
+            peak = max(peak, live)
+        elif c.command_type is CommandType.DEALLOC_MATRIX:
+            live -= sizes.pop(m, 0)
+    assert peak <= plan[1] <= peak + 16 * len(plan[0])
+
+
+def test_output_pages_are_reused_once_released() -> None:
+    from pynnet3.compute.batched import OutputPages
+
+    def pages_of(a: np.ndarray) -> Any:
+        while isinstance(a, np.ndarray):
+            a = a.base
+        return a.obj if isinstance(a, memoryview) else a
+
+    pool = OutputPages(keep=1)
+    small = pool.matrix(10, 10)
+    assert small.flags.owndata and small.dtype == np.float32     # (small: plain NumPy)
+    first = pool.matrix(400, 1000)
+    first[:] = 1.0
+    second = pool.matrix(400, 1000)                    # first not released: new pages
+    assert pages_of(second) is not pages_of(first)
+    pool.release(first)
+    pool.release(small)                                # (ignored)
+    third = pool.matrix(300, 1000)                     # fits: the first's pages again
+    assert pages_of(third) is pages_of(first) and third.shape == (300, 1000)
+    assert pool.matrix(300, 1000) is not None and pages_of(pool.matrix(300, 1000)) \
+        is not pages_of(first)                          # (taken: not handed out twice)
+    pool.release(third)
+    pool.release(second)                               # keep=1: one spare only
+    assert len(pool._spare) == 1

@@ -23,6 +23,32 @@ def test_all_types_registered():
         assert c is not None and c.type_name == t
 
 
+def test_component_families_table_matches_registration():
+    """Families load on first use (base.COMPONENT_FAMILIES): the table names,
+    for every type the modules register, the module that registers it, and
+    nothing else; a type not loaded yet is created through it (a fresh
+    interpreter, where a run of a TDNN leaves the other families out)."""
+    import subprocess
+    import sys
+
+    from pynnet3.nnet.components import base, component_types
+
+    types = component_types()          # loads every family
+    assert types == sorted(base.COMPONENT_FAMILIES)
+    for name in types:
+        module = base._REGISTRY[name].__module__
+        assert module == f"pynnet3.nnet.components.{base.COMPONENT_FAMILIES[name]}", name
+    code = ("import sys; from pynnet3.nnet.components.base import new_component_of_type; "
+            "before = 'pynnet3.nnet.components.recurrent' in sys.modules; "
+            "c = new_component_of_type('LstmNonlinearityComponent'); "
+            "print(before, type(c).__module__, "
+            "'pynnet3.nnet.components.attention' in sys.modules, "
+            "new_component_of_type('NoSuchComponent'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["False", "pynnet3.nnet.components.recurrent", "False", "None"]
+
+
 CONFIGS = [
     # (type, config, input_dim, output_dim, properties, num_parameters)
     ("SigmoidComponent", "dim=10", 10, 10,

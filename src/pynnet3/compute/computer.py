@@ -44,6 +44,9 @@ if TYPE_CHECKING:
 
 T = CommandType
 _IO = (T.ACCEPT_INPUT, T.PROVIDE_OUTPUT)
+# Backends whose matrices are host NumPy arrays (a scratch buffer or a
+# caller's output buffer serves them).
+_HOST_BACKENDS = ("reference", "cpu")
 
 
 @dataclass
@@ -77,7 +80,7 @@ class _PreparedComputation:
     between them, so they are kept here (one per computation and backend).
     """
 
-    __slots__ = ("sub", "indexes", "ranges", "multi", "steps", "signature")
+    __slots__ = ("sub", "indexes", "ranges", "multi", "steps", "signature", "_scratch_plan")
 
     def __init__(self, comp: NnetComputation, backend: Backend) -> None:
         whole = [comp.is_whole_matrix(i) for i in range(len(comp.submatrices))]
@@ -92,6 +95,106 @@ class _PreparedComputation:
         self.steps = [(None if c.command_type in _IO else handlers[c.command_type], c)
                       for c in comp.commands]
         self.signature = _signature(comp)
+        self._scratch_plan: Any = False
+
+    def scratch_plan(self, comp: NnetComputation) -> "tuple[dict[int, int], int] | None":
+        """:func:`plan_scratch` of the computation, worked out on first use."""
+        if self._scratch_plan is False:
+            self._scratch_plan = plan_scratch(comp)
+        return self._scratch_plan
+
+
+# Offsets in a scratch buffer are multiples of this many float32 elements
+# (64 bytes: a cache line).
+_SCRATCH_ALIGN = 16
+
+
+def plan_scratch(comp: NnetComputation) -> "tuple[dict[int, int], int] | None":
+    """Where each matrix of a forward computation lives in one scratch
+    buffer: ({matrix index: offset in float32 elements}, elements needed),
+    or None when there is nothing to plan.
+
+    Why.  A decoding run computes the same few computations over and over,
+    each allocating and freeing its matrices (megabytes for long pieces) in
+    the same order.  Through malloc they either get fresh pages every time
+    (page faults: a tenth of nnet3-compute's CPU time) or heap blocks that
+    other allocations fragment (megabytes of peak memory); laid out once in
+    a buffer that every piece of a thread reuses, they cost exactly the
+    computation's peak and no allocation after the first piece.
+
+    Only matrices the computation both allocates and frees itself, once
+    each, are planned: not its inputs and outputs (the caller holds those),
+    nor swapped ones; and only in computations without backward commands
+    (whose memos may hold matrices), loops or compression.  Matrices whose
+    lifetimes (allocation command to deallocation command) overlap get
+    disjoint ranges, placed largest first, each at the lowest offset free
+    for its lifetime (the greedy-by-size plan of inference runtimes)."""
+    alloc_at: dict[int, int] = {}
+    free_at: dict[int, int] = {}
+    excluded: set[int] = set()
+    subs = comp.submatrices
+    for pc, c in enumerate(comp.commands):
+        t = c.command_type
+        if t in (T.BACKPROP, T.BACKPROP_NO_MODEL_UPDATE, T.GOTO_LABEL, T.COMPRESS_MATRIX,
+                 T.DECOMPRESS_MATRIX):
+            return None
+        if t is T.ALLOC_MATRIX:
+            m = subs[c.arg1].matrix_index
+            if m in alloc_at:
+                excluded.add(m)
+            alloc_at[m] = pc
+        elif t is T.DEALLOC_MATRIX:
+            m = subs[c.arg1].matrix_index
+            if m in free_at:
+                excluded.add(m)
+            free_at[m] = pc
+        elif t is T.SWAP_MATRIX:
+            excluded.update((subs[c.arg1].matrix_index, subs[c.arg2].matrix_index))
+        elif t in _IO:
+            excluded.add(subs[c.arg1].matrix_index)
+    blocks = []
+    for m, start in alloc_at.items():
+        end = free_at.get(m)
+        if m in excluded or end is None or end <= start:
+            continue
+        info = comp.matrices[m]
+        size = -(-info.num_rows * info.num_cols // _SCRATCH_ALIGN) * _SCRATCH_ALIGN
+        if size > 0:
+            blocks.append((size, start, end, m))
+    if not blocks:
+        return None
+    blocks.sort(key=lambda b: (-b[0], b[1]))
+    placed: list[tuple[int, int, int, int]] = []     # (offset, size, start, end)
+    offsets: dict[int, int] = {}
+    total = 0
+    for size, start, end, m in blocks:
+        busy = sorted((o, o + n) for o, n, s, e in placed if s <= end and start <= e)
+        offset = 0
+        for lo, hi in busy:
+            if offset + size <= lo:
+                break
+            offset = max(offset, hi)
+        placed.append((offset, size, start, end))
+        offsets[m] = offset
+        total = max(total, offset + size)
+    return offsets, total
+
+
+class ScratchBuffer:
+    """The memory one thread's forward computations reuse (see
+    :func:`plan_scratch`): a float32 buffer grown to the largest plan seen.
+    One computer at a time may use it: its user runs each computer to the
+    end before making the next (as ``ChunkBatchComputer`` does in every
+    worker thread)."""
+
+    def __init__(self) -> None:
+        self._buf = np.empty(0, dtype=np.float32)
+
+    def get(self, num_elements: int) -> np.ndarray:
+        if self._buf.shape[0] < num_elements:
+            self._buf = np.empty(0, dtype=np.float32)     # (the old one freed first)
+            self._buf = np.empty(num_elements, dtype=np.float32)
+        return self._buf
 
 
 def _signature(comp: NnetComputation) -> tuple[int, ...]:
@@ -145,7 +248,8 @@ class NnetComputer:
 
     def __init__(self, options: NnetComputeOptions, computation: NnetComputation, nnet: "Nnet",
                  nnet_to_update: "Nnet | None" = None, backend: "str | Backend" = "reference",
-                 nnet_to_store_stats: "Nnet | None" = None, misc_info: Any = None) -> None:
+                 nnet_to_store_stats: "Nnet | None" = None, misc_info: Any = None,
+                 scratch: ScratchBuffer | None = None) -> None:
         self.options = options
         self.computation = computation
         self.nnet = nnet
@@ -181,6 +285,18 @@ class NnetComputer:
             # Kaldi's kUndefined; a backend without such an allocation zeroes.
             undefined = getattr(self.backend, "alloc_undefined", None)
             self._new_matrix = undefined if undefined is not None else self.backend.alloc
+        # Where _alloc puts matrices instead of new memory, by matrix index:
+        # their places in the scratch buffer, and buffers the caller gave
+        # for outputs (set_output_buffer).
+        self._placed: dict[int, np.ndarray] = {}
+        plan = (prepared.scratch_plan(comp)
+                if scratch is not None and self.backend.name in _HOST_BACKENDS else None)
+        if plan is not None:
+            base = scratch.get(plan[1])  # type: ignore[union-attr]
+            for m, offset in plan[0].items():
+                info = comp.matrices[m]
+                self._placed[m] = base[offset:offset + info.num_rows * info.num_cols] \
+                    .reshape(info.num_rows, info.num_cols)
         self.debug = options.debug or log.verbose_level() >= 5
         self._command_strings: list[str] | None = None
         if self.debug:
@@ -255,6 +371,31 @@ class NnetComputer:
                 # A GeneralMatrix (egs) converts itself; a plain array is used as is.
                 to_matrix = getattr(feats, "to_matrix", None)
                 self.accept_input(io.name, to_matrix() if callable(to_matrix) else np.asarray(feats))
+
+    def set_output_buffer(self, node_name: str, buffer: np.ndarray) -> bool:
+        """Have the computation put output ``node_name`` straight into
+        ``buffer`` (a C-contiguous float32 array of the output's shape, e.g.
+        rows of the caller's result matrix) instead of a matrix of its own;
+        :meth:`get_output` then returns ``buffer``.  True when it will; False
+        (nothing changed) when this computation or backend cannot."""
+        if self.backend.name not in _HOST_BACKENDS or self.program_counter != 0:
+            return False
+        node_index = self.nnet.get_node_index(node_name)
+        comp = self.computation
+        outputs = [c for c in comp.commands
+                   if c.command_type is T.PROVIDE_OUTPUT and c.arg2 == node_index]
+        if len(outputs) != 1 or not comp.is_whole_matrix(outputs[0].arg1):
+            return False
+        m = comp.submatrices[outputs[0].arg1].matrix_index
+        info = comp.matrices[m]
+        allocs = [c for c in comp.commands if c.command_type is T.ALLOC_MATRIX
+                  and comp.submatrices[c.arg1].matrix_index == m]
+        if (len(allocs) != 1 or buffer.shape != (info.num_rows, info.num_cols)
+                or buffer.dtype != np.float32 or not buffer.flags.c_contiguous
+                or m in self._placed):
+            return False
+        self._placed[m] = buffer
+        return True
 
     def get_output(self, node_name: str) -> Any:
         """The value of output ``node_name`` (or, after the backward pass, the
@@ -375,7 +516,14 @@ class NnetComputer:
 
     def _alloc(self, c: Command) -> None:
         m, _, num_rows, _, num_cols, _ = self._sub[c.arg1]
-        self._matrices[m] = self._new_matrix(num_rows, num_cols)
+        placed = self._placed.get(m) if self._placed else None
+        if placed is None:
+            self._matrices[m] = self._new_matrix(num_rows, num_cols)
+        elif self.options.poison_undefined:
+            placed.fill(np.nan)
+            self._matrices[m] = placed
+        else:
+            self._matrices[m] = placed
 
     def _dealloc(self, c: Command) -> None:
         self._matrices[self._sub[c.arg1][0]] = None

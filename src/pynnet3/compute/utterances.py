@@ -17,7 +17,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -220,13 +219,22 @@ def nnet3_compute(config: Nnet3ComputeConfig, nnet_rxfilename: str, feature_rspe
     # Utterances in flight, in input order: (key, frames, the output or its
     # future).  Outputs are written in input order, as Kaldi writes them.
     pending: deque[tuple[str, int, Any]] = deque()
-    executor = ThreadPoolExecutor(num_workers) if num_workers > 1 else None
+    # (concurrent.futures, and the logging it imports, only when used: half
+    # a megabyte of resident memory a one-thread run does without)
+    if num_workers > 1:
+        from concurrent.futures import Future, ThreadPoolExecutor
+
+        executor: Any = ThreadPoolExecutor(num_workers)
+    else:
+        Future, executor = _NoFuture, None  # noqa: N806
 
     def write_first() -> None:
         utt, num_frames, matrix = pending.popleft()
         if isinstance(matrix, Future):
             matrix = matrix.result()
         writer.write(utt, matrix)
+        if batcher is not None:
+            batcher.release_output(matrix)    # (written: its pages serve a later utterance)
         result.frame_count += num_frames
         result.num_success += 1
         if progress is not None:
@@ -243,9 +251,11 @@ def nnet3_compute(config: Nnet3ComputeConfig, nnet_rxfilename: str, feature_rspe
                     pending.append((utt, features.shape[0],
                                     executor.submit(compute, features, ivector,
                                                     online_ivectors)))
-                # Two utterances per worker in flight keep every worker busy
-                # while the first is written; more would only hold memory.
-                while pending and (len(pending) > 2 * num_workers
+                # One utterance more than workers in flight keeps every
+                # worker busy while the first is written (a worker that ends
+                # takes the queued one); more would only hold finished
+                # outputs (megabytes each) in memory until their turn.
+                while pending and (len(pending) > num_workers + 1
                                    or not isinstance(pending[0][2], Future)
                                    or pending[0][2].done()):
                     write_first()
@@ -272,6 +282,10 @@ def nnet3_compute(config: Nnet3ComputeConfig, nnet_rxfilename: str, feature_rspe
     log.log(f"Done {result.num_success} utterances, failed for {result.num_fail}")
     log.log(compiler.timing_summary())
     return result
+
+
+class _NoFuture:
+    """What the results of a one-thread run are not (see nnet3_compute)."""
 
 
 class _LockedCompiler:

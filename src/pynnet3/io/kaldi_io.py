@@ -14,15 +14,22 @@ In text mode the same values are printed with C++ stream semantics: floats
 with 7 significant digits (``%.7g``, what Kaldi's output streams use),
 vectors as ``[ a b c ]`` and matrices as ``[`` rows on their own lines ``]``.
 
-Readers work on an in-memory ``bytes`` object so that errors can name the byte
-offset; models are small enough for that, and it keeps parsing fast.
+Readers work on the whole object in memory (``bytes``, or a read-only memory
+map of a model file) so that errors can name the byte offset; models are small
+enough for that, and it keeps parsing fast.  A model file is mapped rather
+than read (:func:`open_kaldi_object`): the parameters are copied from the map
+into their final float32 arrays and the map's pages behind each large
+matrix are dropped at once, so reading a 14 MB model costs 14 MB, not the
+28 MB of file bytes plus copies.
 """
 from __future__ import annotations
 
 import io
 import math
+import mmap
 import os
 import re
+import stat
 import struct
 from typing import BinaryIO
 
@@ -53,14 +60,41 @@ def f32(x: float) -> float:
     return float(np.float32(x))
 
 
-class KaldiReader:
-    """Sequential reader of Kaldi-serialised data held in memory."""
+# A binary vector or matrix at least this large read from a memory-mapped
+# file gets the map's pages under it dropped once copied (see _release).
+_RELEASE_MIN_BYTES = 1 << 18
+_PAGE = mmap.PAGESIZE
+# A binary array at least this large is written by reference (KaldiWriter).
+_VIEW_MIN_BYTES = 1 << 16
 
-    def __init__(self, data: bytes, binary: bool, name: str = "<stream>", pos: int = 0):
+
+class KaldiReader:
+    """Sequential reader of Kaldi-serialised data held in memory: ``bytes``
+    or a read-only ``mmap`` of a file (indexing, slicing, ``find`` and the
+    buffer protocol are all the readers use)."""
+
+    def __init__(self, data: "bytes | mmap.mmap", binary: bool, name: str = "<stream>",
+                 pos: int = 0):
         self.data = data
         self.binary = binary
         self.name = name
         self.pos = pos
+
+    def _release(self, start: int, end: int) -> None:
+        """Drops the pages of a memory-mapped file between ``start`` and
+        ``end`` (the bytes of a vector or matrix just copied into its own
+        array) from this process: they stay in the page cache, and would be
+        read again from there if touched, but no longer count in our
+        resident memory, so a model's parameters are not held twice."""
+        if end - start < _RELEASE_MIN_BYTES or not isinstance(self.data, mmap.mmap):
+            return
+        first = -(-start // _PAGE) * _PAGE
+        last = end // _PAGE * _PAGE
+        if last > first:
+            try:
+                self.data.madvise(mmap.MADV_DONTNEED, first, last - first)
+            except (AttributeError, OSError, ValueError):   # (no madvise here)
+                pass
 
     # -- helpers ---------------------------------------------------------
     def error(self, message: str) -> FormatError:
@@ -249,8 +283,11 @@ class KaldiReader:
             if self.pos + nbytes > len(self.data):
                 raise self.error(f"file truncated inside a vector of dimension {dim}")
             arr = np.frombuffer(self.data, dtype=dtype, count=dim, offset=self.pos)
+            ans = arr.astype(np.float32)
+            del arr
+            self._release(self.pos, self.pos + nbytes)
             self.pos += nbytes
-            return arr.astype(np.float32)
+            return ans
         body = self._read_text_bracketed()
         try:
             return self._parse_floats(body).astype(np.float32)
@@ -292,8 +329,11 @@ class KaldiReader:
             if self.pos + nbytes > len(self.data):
                 raise self.error(f"file truncated inside a {rows} x {cols} matrix")
             arr = np.frombuffer(self.data, dtype=dtype, count=rows * cols, offset=self.pos)
+            ans = arr.astype(np.float32).reshape(rows, cols)
+            del arr
+            self._release(self.pos, self.pos + nbytes)
             self.pos += nbytes
-            return arr.astype(np.float32).reshape(rows, cols)
+            return ans
         body = self._read_text_bracketed()
         lines = [ln for ln in body.split(b"\n") if ln.strip()]
         if not lines:
@@ -333,14 +373,41 @@ class KaldiReader:
 
 
 class KaldiWriter:
-    """Accumulates Kaldi-serialised output in memory (written out atomically)."""
+    """Accumulates Kaldi-serialised output in memory (written out atomically).
+
+    A large binary matrix is not copied in: the writer keeps a view of the
+    array's own buffer between the bytes written before and after it, and
+    :meth:`parts` hands the pieces to a stream one by one (a table writer
+    writing a network's output matrix of megabytes held it twice before).
+    The array must not change until the writer is done with."""
 
     def __init__(self, binary: bool):
         self.binary = binary
         self.buf = io.BytesIO()
+        # Finished pieces before ``buf``: bytes, or views of arrays' buffers.
+        self._parts: list[bytes | memoryview] = []
 
     def getvalue(self) -> bytes:
-        return self.buf.getvalue()
+        if not self._parts:
+            return self.buf.getvalue()
+        return b"".join([*self._parts, self.buf.getvalue()])
+
+    def parts(self) -> list[bytes | memoryview]:
+        """The serialised object as consecutive pieces (joined, they are
+        :meth:`getvalue`), without copying large arrays."""
+        return [*self._parts, self.buf.getvalue()]
+
+    def _write_array(self, data: np.ndarray) -> None:
+        """Appends a contiguous array's bytes: a view of them when large."""
+        if not data.size:      # (memoryview cannot cast an empty shape)
+            return
+        view = memoryview(data).cast("B")
+        if len(view) < _VIEW_MIN_BYTES:
+            self.buf.write(view)
+            return
+        self._parts.append(self.buf.getvalue())
+        self._parts.append(view)
+        self.buf = io.BytesIO()
 
     def write_raw(self, text: str | bytes) -> None:
         self.buf.write(text.encode("utf-8") if isinstance(text, str) else text)
@@ -403,9 +470,7 @@ class KaldiWriter:
             self.write_int32(cols)
             # (the array's buffer itself: .tobytes() would be one more copy of
             # a matrix that may be megabytes)
-            data = np.ascontiguousarray(mat, dtype="<f8" if double else "<f4")
-            if data.size:      # (memoryview cannot cast an empty shape)
-                self.buf.write(memoryview(data).cast("B"))
+            self._write_array(np.ascontiguousarray(mat, dtype="<f8" if double else "<f4"))
             return
         if cols == 0:
             self.buf.write(b" [ ]\n")
@@ -638,10 +703,36 @@ def read_rxfilename(rxfilename: str) -> bytes:
     return data
 
 
+class _MappedFile(mmap.mmap):
+    """A read-only map of a file, with the methods of ``bytes`` that readers
+    use and ``mmap`` lacks."""
+
+    def startswith(self, prefix: bytes, start: int = 0) -> bool:
+        return self[start:start + len(prefix)] == prefix
+
+
+def _map_file(rxfilename: str) -> "mmap.mmap | None":
+    """A read-only memory map of a plain, non-empty regular file, or None
+    (pipes, stdin, offsets, empty or special files: those are read)."""
+    if classify_rxfilename(rxfilename) != "file":
+        return None
+    try:
+        with open(rxfilename.strip(), "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return None
+            return _MappedFile(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):  # (ValueError: an empty file cannot be mapped)
+        return None
+
+
 def open_kaldi_object(rxfilename: str) -> KaldiReader:
-    """Read a whole Kaldi object file and detect its binary header."""
-    data = read_rxfilename(rxfilename)
-    if data.startswith(BINARY_HEADER):
+    """A reader of a whole Kaldi object file, its binary header detected.  A
+    plain file is memory-mapped (see the module docstring), anything else
+    read."""
+    data: "bytes | mmap.mmap | None" = _map_file(rxfilename)
+    if data is None:
+        data = read_rxfilename(rxfilename)
+    if data[:2] == BINARY_HEADER:
         return KaldiReader(data, True, rxfilename, pos=2)
     return KaldiReader(data, False, rxfilename, pos=0)
 

@@ -176,7 +176,10 @@ class ObjectStream:
     so objects of any size stream through without reading the whole input.
     """
 
-    BLOCK = 1 << 20
+    # (256 KiB: the buffer, and the copy made when consumed bytes are
+    # dropped, count in a run's peak memory; larger objects still read in
+    # one go, as the read size follows what the parse needs)
+    BLOCK = 1 << 18
 
     def __init__(self, f: BinaryIO, name: str) -> None:
         self.f = f
@@ -534,16 +537,18 @@ class TableWriter:
             raise FormatError(f"using invalid key '{key}'", where=self.wspecifier)
         w = KaldiWriter(self.opts.binary)
         self.holder.write(w, obj)
-        # Written in two parts, not joined: joining copies the whole object.
+        # Written in parts, not joined: joining copies the whole object (a
+        # large matrix is a view of the caller's array; see KaldiWriter).
         prefix = b"\0B" if self.opts.binary else b""
-        body = w.getvalue()
+        body = w.parts()
         if self.kind == "scp":
             if key not in self._script_map:
                 raise FormatError(f"no entry for key {key} in script file", where=self.script_name)
             f = open_wxfilename(self._script_map[key])
             try:
                 f.write(prefix)
-                f.write(body)
+                for part in body:
+                    f.write(part)
             except BaseException:
                 abort_stream(f)
                 raise
@@ -557,8 +562,9 @@ class TableWriter:
             self._script.write(f"{key} {self.archive_name}:{self._offset}\n".encode(
                 "utf-8", "surrogateescape"))
         self._archive.write(prefix)
-        self._archive.write(body)
-        self._offset += len(prefix) + len(body)
+        for part in body:
+            self._archive.write(part)
+        self._offset += len(prefix) + sum(len(part) for part in body)
         if self.opts.flush:
             self._archive.flush()
 

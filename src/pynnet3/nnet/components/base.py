@@ -68,13 +68,70 @@ def register(cls: type["Component"]) -> type["Component"]:
     return cls
 
 
+# Each Kaldi component type and the module of this package that defines it
+# (loaded on first use; tests/nnet check that this matches what the modules
+# register).
+COMPONENT_FAMILIES: dict[str, str] = {
+    **dict.fromkeys(("AffineComponent", "BlockAffineComponent", "FixedAffineComponent",
+                     "LinearComponent", "NaturalGradientAffineComponent",
+                     "NaturalGradientRepeatedAffineComponent", "RepeatedAffineComponent"),
+                    "affine"),
+    **dict.fromkeys(("BackpropTruncationComponent", "ClipGradientComponent"),
+                    "gradient_clipping"),
+    **dict.fromkeys(("BatchNormComponent", "NormalizeComponent"), "normalization"),
+    "CompositeComponent": "composite",
+    **dict.fromkeys(("ConstantComponent", "ConstantFunctionComponent"), "constant"),
+    **dict.fromkeys(("ConvolutionComponent", "MaxpoolingComponent",
+                     "TimeHeightConvolutionComponent"), "convolution"),
+    "DistributeComponent": "distribute",
+    **dict.fromkeys(("DropoutComponent", "DropoutMaskComponent", "GeneralDropoutComponent",
+                     "SpecAugmentTimeMaskComponent"), "dropout"),
+    **dict.fromkeys(("ElementwiseProductComponent", "NaturalGradientPerElementScaleComponent",
+                     "PerElementOffsetComponent", "PerElementScaleComponent",
+                     "ScaleAndOffsetComponent"), "per_element"),
+    **dict.fromkeys(("FixedBiasComponent", "FixedScaleComponent", "NoOpComponent",
+                     "PermuteComponent", "SumBlockComponent", "SumGroupComponent"), "fixed"),
+    **dict.fromkeys(("GruNonlinearityComponent", "LstmNonlinearityComponent",
+                     "OutputGruNonlinearityComponent"), "recurrent"),
+    **dict.fromkeys(("LogSoftmaxComponent", "PnormComponent", "RectifiedLinearComponent",
+                     "SigmoidComponent", "SoftmaxComponent", "TanhComponent"),
+                    "nonlinearities"),
+    "RestrictedAttentionComponent": "attention",
+    **dict.fromkeys(("StatisticsExtractionComponent", "StatisticsPoolingComponent"),
+                    "statistics"),
+    "TdnnComponent": "tdnn",
+}
+
+
+def _load_family(module: str) -> None:
+    import importlib
+
+    importlib.import_module(f"{__package__}.{module}")
+
+
+def load_all_families() -> None:
+    """Imports every component family (registers every type)."""
+    for module in sorted(set(COMPONENT_FAMILIES.values())):
+        _load_family(module)
+
+
 def component_types() -> list[str]:
-    """Every registered type name (the package import registers all of them)."""
+    """Every component type name (every family is loaded for it)."""
+    load_all_families()
     return sorted(_REGISTRY)
 
 
-def new_component_of_type(type_name: str) -> "Component | None":
+def component_class(type_name: str) -> "type[Component] | None":
+    """The class of a component type name, its family loaded if need be."""
     cls = _REGISTRY.get(type_name)
+    if cls is None and type_name in COMPONENT_FAMILIES:
+        _load_family(COMPONENT_FAMILIES[type_name])
+        cls = _REGISTRY.get(type_name)
+    return cls
+
+
+def new_component_of_type(type_name: str) -> "Component | None":
+    cls = component_class(type_name)
     return cls() if cls is not None else None
 
 
