@@ -106,6 +106,40 @@ def test_variables_compiled_loop_matches_numpy(seed: int) -> None:
 
 
 @pytest.mark.parametrize("seed", range(12))
+def test_variables_python_loops_match_numpy(seed: int) -> None:
+    """The plain-Python variables of small computations equal the NumPy
+    version's (same arrays, dtypes and split points); invalid tables fall
+    through to the NumPy version's error."""
+    rng = np.random.default_rng(200 + seed)
+    sub, sizes = _random_tables(rng, int(rng.integers(1, 8)), int(rng.integers(0, 30)))
+    with fast_paths.override(analysis_python_below=10 ** 9):
+        fast = ComputationVariables()
+        fast.init_from_tables(sub, sizes)
+    with fast_paths.override(analysis_jit=False):
+        slow = ComputationVariables()
+        slow.init_from_tables(sub, sizes)
+    assert fast.num_variables == slow.num_variables
+    for name in ("matrix_to_variable_index", "variable_to_matrix", "submatrix_to_matrix",
+                 "submatrix_is_whole_matrix", "variables_flat", "variables_offsets",
+                 "_row_first", "_col_first"):
+        a, b = getattr(fast, name), getattr(slow, name)
+        assert a.dtype == b.dtype and np.array_equal(a, b), name
+    for m in range(len(sizes)):
+        assert fast.row_split_points[m].tolist() == slow.row_split_points[m].tolist()
+        assert fast.column_split_points[m].tolist() == slow.column_split_points[m].tolist()
+    for s in range(len(sub)):
+        assert fast.variables_for_submatrix(s) == slow.variables_for_submatrix(s)
+    bad = sub.copy()
+    bad[-1, 2] = sizes[bad[-1, 0], 0] + 1          # more rows than its matrix has
+    messages = []
+    for override in ({"analysis_python_below": 10 ** 9}, {"analysis_jit": False}):
+        with fast_paths.override(**override), pytest.raises(PynnetError) as e:
+            ComputationVariables().init_from_tables(bad, sizes)
+        messages.append(str(e.value))
+    assert messages[0] == messages[1]
+
+
+@pytest.mark.parametrize("seed", range(12))
 def test_access_summary_compiled_loop_matches_its_python_code(seed: int) -> None:
     """access_summary_arrays: the Numba loop (large computations), its NumPy
     counterpart (small ones) and the loop's code interpreted
@@ -175,6 +209,52 @@ def test_access_records_match_command_loop(seed: str) -> None:
         assert sorted(zip(cmd.tolist(), sub.tolist(), flag.tolist())) == \
             sorted(zip(rec.cmd, rec.sub, rec.flag))
         assert side.tolist() == loop_side
+
+
+def _records_or_error(nnet, c: NnetComputation):
+    from pynnet3.optimize.accesses import _BadArgument
+    try:
+        cmd, sub, flag, side = access_records_from_table(
+            nnet, c.command_table(), c.indexes, c.indexes_multi, len(c.submatrices))
+    except _BadArgument:
+        return "bad argument"
+    assert cmd.dtype == sub.dtype == flag.dtype == np.int64 and side.dtype == bool
+    return cmd.tolist(), sub.tolist(), flag.tolist(), side.tolist()
+
+
+@pytest.mark.parametrize("seed", _SEEDS)
+def test_python_analysis_matches_arrays(seed: str, monkeypatch) -> None:
+    """The plain-Python analysis of small computations (access records in
+    the same order, merged records, matrix lifetimes, the records expanded
+    to variables) gives what the array versions give -- on whole
+    computations and on randomly broken ones (same checker verdict)."""
+    from pynnet3.optimize import accesses
+
+    nnet, request, comp = _case(seed)
+    out = optimize(OptimizeOptions(), nnet, request, comp)
+    rng = np.random.default_rng(1000 + int(seed))
+    cases = [(c, rewrite) for base, rewrite in ((comp, True), (out, False))
+             for c in [base, *_mutations(base, rng, 25)]]
+    python_everywhere = {"analysis_python_below": 10 ** 9}
+    for c, rewrite in cases:
+        c.__dict__.pop("_variables_memo", None)
+        with fast_paths.override(**python_everywhere):
+            monkeypatch.setattr(accesses, "_MERGE_PYTHON_BELOW", 10 ** 9)
+            records = _records_or_error(nnet, c)
+            verdict = _verdict(nnet, c, rewrite)
+            analyzer = Analyzer(nnet, c) if verdict is None else None
+        c.__dict__.pop("_variables_memo", None)
+        with fast_paths.override(analysis_python_below=0):
+            monkeypatch.setattr(accesses, "_MERGE_PYTHON_BELOW", 0)
+            assert _records_or_error(nnet, c) == records
+            assert _verdict(nnet, c, rewrite) == verdict
+            if analyzer is not None:
+                reference = Analyzer(nnet, c)
+                assert list(analyzer.matrix_accesses) == list(reference.matrix_accesses)
+                assert list(analyzer.command_attributes) == list(reference.command_attributes)
+                for name in ("offsets", "commands", "types"):
+                    assert np.array_equal(getattr(analyzer.variable_accesses, name),
+                                          getattr(reference.variable_accesses, name))
 
 
 # -- the checker -------------------------------------------------------------------------

@@ -57,14 +57,18 @@ class Analyzer:
         self.variables = v = variables_of(computation)
         table = computation.command_table()
         cmd, sub, flag, side_effects = _submatrix_access_records(nnet, computation, table)
-        # Each record expanded to the variables of its submatrix; for the
-        # matrix, a write to only part of it is also a read.
-        counts = v.variables_offsets[sub + 1] - v.variables_offsets[sub]
-        first = np.repeat(v.variables_offsets[sub] - (np.cumsum(counts) - counts), counts)
-        var_items = v.variables_flat[first + np.arange(int(counts.sum()), dtype=np.int64)]
-        var = _AccessArrays(np.repeat(cmd, counts), var_items, np.repeat(flag, counts))
-        partial_write = (flag == _W) & ~v.submatrix_is_whole_matrix[sub]
-        mat = _AccessArrays(cmd, v.submatrix_to_matrix[sub], np.where(partial_write, _RW, flag))
+        if len(cmd) < fast_paths.current().analysis_python_below:
+            var, mat = _expand_records_python(v, cmd, sub, flag)
+        else:
+            # Each record expanded to the variables of its submatrix; for the
+            # matrix, a write to only part of it is also a read.
+            counts = v.variables_offsets[sub + 1] - v.variables_offsets[sub]
+            first = np.repeat(v.variables_offsets[sub] - (np.cumsum(counts) - counts), counts)
+            var_items = v.variables_flat[first + np.arange(int(counts.sum()), dtype=np.int64)]
+            var = _AccessArrays(np.repeat(cmd, counts), var_items, np.repeat(flag, counts))
+            partial_write = (flag == _W) & ~v.submatrix_is_whole_matrix[sub]
+            mat = _AccessArrays(cmd, v.submatrix_to_matrix[sub],
+                                np.where(partial_write, _RW, flag))
         self._arrays = (len(computation.commands), var, _AccessArrays(cmd, sub, flag), mat,
                         side_effects)
         self._submatrix_records = None
@@ -121,6 +125,32 @@ class Analyzer:
     @matrix_accesses.setter
     def matrix_accesses(self, value: Sequence[MatrixAccesses]) -> None:
         self._matrix_accesses = value
+
+
+def _expand_records_python(v: ComputationVariables, cmd: np.ndarray, sub: np.ndarray,
+                           flag: np.ndarray) -> tuple[_AccessArrays, _AccessArrays]:
+    """What :meth:`Analyzer.init` makes of the submatrix records by array
+    operations (the records per variable, and per matrix with partial writes
+    as read-writes), by a loop over the records (few of them)."""
+    offsets = v.variables_offsets.tolist()
+    flat = v.variables_flat.tolist()
+    whole = v.submatrix_is_whole_matrix.tolist()
+    to_matrix = v.submatrix_to_matrix.tolist()
+    var_cmd: list[int] = []
+    var_item: list[int] = []
+    var_flag: list[int] = []
+    mat_item, mat_flag = [], []
+    for c, s, f in zip(cmd.tolist(), sub.tolist(), flag.tolist()):
+        lo, hi = offsets[s], offsets[s + 1]
+        var_item += flat[lo:hi]
+        var_cmd += [c] * (hi - lo)
+        var_flag += [f] * (hi - lo)
+        mat_item.append(to_matrix[s])
+        mat_flag.append(_RW if f == _W and not whole[s] else f)
+    i64 = np.int64
+    return (_AccessArrays(np.array(var_cmd, dtype=i64), np.array(var_item, dtype=i64),
+                          np.array(var_flag, dtype=i64)),
+            _AccessArrays(cmd, np.array(mat_item, dtype=i64), np.array(mat_flag, dtype=i64)))
 
 
 # The per-command record building and the passes' queries live beside this
