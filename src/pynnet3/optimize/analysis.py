@@ -14,6 +14,7 @@ Numba loop (:func:`access_summary_arrays`).
 from __future__ import annotations
 
 from bisect import bisect_right
+from operator import is_
 from typing import Any, Sequence
 
 import numpy as np
@@ -28,7 +29,7 @@ from .variables import _RW, _W, AccessType, ComputationVariables, variables_of
 from ..numba_cache import lazy_njit
 
 
-__all__ = ["Analyzer", "ComputationAnalysis", "AccessSummary", "access_summary_arrays",
+__all__ = ["Analyzer", "analyzer_of", "forget_analysis", "ComputationAnalysis", "AccessSummary", "access_summary_arrays",
            "compute_matrix_to_submatrix", "get_commands_of_type", "get_max_memory_use",
            "max_memory_usage", "print_command_attributes", "print_matrix_accesses"]
 
@@ -125,6 +126,41 @@ class Analyzer:
     @matrix_accesses.setter
     def matrix_accesses(self, value: Sequence[MatrixAccesses]) -> None:
         self._matrix_accesses = value
+
+
+def analyzer_of(nnet: Any, computation: NnetComputation) -> Analyzer:
+    """``Analyzer(nnet, computation)``, reused while the computation is what
+    it was when it was analysed: the same network, the same command,
+    submatrix and index-table objects (all treated as immutable; passes
+    replace them rather than change them) and the same matrix sizes.  A pass
+    that changed nothing thus leaves its analysis to the next pass and to
+    the checker after optimization (each analysis is a fixed cost of every
+    compile).  The Analyzer is shared: read it, never change it."""
+    key = (nnet, computation.commands, computation.submatrices,
+           [(m.num_rows, m.num_cols) for m in computation.matrices],
+           computation.indexes, computation.indexes_multi)
+    memo = computation.__dict__.get("_analyzer_memo")
+    if memo is not None and _same_state(memo[0], key):
+        return memo[1]
+    analyzer = Analyzer(nnet, computation)
+    computation.__dict__["_analyzer_memo"] = (
+        (nnet, list(key[1]), list(key[2]), key[3], list(key[4]), list(key[5])), analyzer)
+    return analyzer
+
+
+def _same_state(old: tuple, new: tuple) -> bool:
+    if old[0] is not new[0] or old[3] != new[3]:
+        return False
+    for a, b in zip(old[1:3] + old[4:], new[1:3] + new[4:]):
+        if len(a) != len(b) or not all(map(is_, a, b)):
+            return False
+    return True
+
+
+def forget_analysis(computation: NnetComputation) -> None:
+    """Drop the analysis :func:`analyzer_of` keeps with ``computation`` (its
+    arrays are as large as the computation)."""
+    computation.__dict__.pop("_analyzer_memo", None)
 
 
 def _expand_records_python(v: ComputationVariables, cmd: np.ndarray, sub: np.ndarray,
@@ -668,6 +704,65 @@ def _access_summary_numpy(cmd: np.ndarray, sub: np.ndarray, flag: np.ndarray,
             write_keys.astype(np.int64, copy=False))
 
 
+def _access_summary_python(cmd: np.ndarray, sub: np.ndarray, flag: np.ndarray,
+                           var_flat: np.ndarray, var_offsets: np.ndarray, first_var: np.ndarray,
+                           num_variables: int, zeroing: np.ndarray, num_commands: int
+                           ) -> tuple[np.ndarray, ...]:
+    """What :func:`_access_summary_kernel` computes, by loops over Python
+    lists (for a few records, where the NumPy version's thirty-odd calls
+    cost more)."""
+    flat = var_flat.tolist()
+    offsets = var_offsets.tolist()
+    first_of_matrix = first_var.tolist()
+    is_zeroing = zeroing.tolist()
+    merged: dict[tuple[int, int], int] = {}
+    get = merged.get
+    for c, s, f in zip(cmd.tolist(), sub.tolist(), flag.tolist()):
+        for v in flat[offsets[s]:offsets[s + 1]]:
+            key = (v, c)
+            merged[key] = get(key, 0) | f
+    none = num_commands
+    v_first = [none] * num_variables
+    v_last = [-1] * num_variables
+    v_first_nt = [none] * num_variables
+    v_last_write = [-1] * num_variables
+    write_keys = []
+    base = num_commands + 1
+    for key in sorted(merged):
+        v, c = key
+        if v_first[v] == none:
+            v_first[v] = c
+        v_last[v] = c
+        if not is_zeroing[c] and v_first_nt[v] == none:
+            v_first_nt[v] = c
+        if merged[key] & 2:
+            v_last_write[v] = c
+            write_keys.append(v * base + c)
+    num_subs = len(offsets) - 1
+    sub_first_nt = [none] * num_subs
+    sub_last = [-1] * num_subs
+    sub_last_write = [-1] * num_subs
+    for s in range(num_subs):
+        lo, hi = offsets[s], offsets[s + 1]
+        if lo < hi:
+            vs = flat[lo:hi]
+            sub_first_nt[s] = min(min(v_first_nt[v] for v in vs), none)
+            sub_last[s] = max(max(v_last[v] for v in vs), -1)
+            sub_last_write[s] = max(max(v_last_write[v] for v in vs), -1)
+    num_matrices = len(first_of_matrix) - 1
+    matrix_first = [none] * num_matrices
+    matrix_first_nt = [none] * num_matrices
+    for m in range(num_matrices):
+        lo, hi = first_of_matrix[m], first_of_matrix[m + 1]
+        if lo < hi:
+            matrix_first[m] = min(min(v_first[lo:hi]), none)
+            matrix_first_nt[m] = min(min(v_first_nt[lo:hi]), none)
+    i64 = np.int64
+    return (np.array(sub_first_nt, dtype=i64), np.array(sub_last, dtype=i64),
+            np.array(sub_last_write, dtype=i64), np.array(matrix_first, dtype=i64),
+            np.array(matrix_first_nt, dtype=i64), np.array(write_keys, dtype=i64))
+
+
 def access_summary_arrays(cmd: np.ndarray, sub: np.ndarray, flag: np.ndarray,
                           var_flat: np.ndarray, var_offsets: np.ndarray,
                           first_var: np.ndarray, zeroing: np.ndarray,
@@ -684,6 +779,7 @@ def access_summary_arrays(cmd: np.ndarray, sub: np.ndarray, flag: np.ndarray,
     # Without analysis_jit, the kernel's own code interpreted.)
     kernel = (_access_summary_kernel.py_func if not fp.analysis_jit
               else _access_summary_kernel if len(var_offsets) > fp.analysis_jit_from
+              else _access_summary_python if len(cmd) < 2 * fp.analysis_python_below
               else _access_summary_numpy)
     return kernel(
         np.ascontiguousarray(cmd, dtype=np.int64), np.ascontiguousarray(sub, dtype=np.int64),

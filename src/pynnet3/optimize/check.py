@@ -31,7 +31,7 @@ from ..errors import ComputationCheckError
 from ..nnet.properties_cache import component_properties_cached
 from .. import fast_paths
 from .accesses import MatrixAccessesList, command_error
-from .analysis import Analyzer
+from .analysis import Analyzer, analyzer_of
 from .arrays import type_mask, unique_ints
 from .check_indexes import IndexChecker
 from .variables import AccessType
@@ -90,7 +90,9 @@ class ComputationChecker:
 
     def check(self) -> None:
         self.check_computation_indexes()
-        self.analyzer.init(self.nnet, self.computation)
+        # (The analysis a pass made of this very computation, if any: the
+        # same function of the same commands, submatrices and tables.)
+        self.analyzer = analyzer_of(self.nnet, self.computation)
         self.check_computation_matrix_accesses()
         self.check_computation_compression()
         self.check_computation_undefined()

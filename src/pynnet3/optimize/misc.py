@@ -26,7 +26,7 @@ from ..compile.compiler import consolidate_io_operations as compiler_consolidate
 from ..compile.computation import Command, CommandType, NnetComputation, StrideType
 from ..errors import ComputationCheckError
 from .accesses import MatrixAccessesList
-from .analysis import Analyzer, ComputationAnalysis
+from .analysis import Analyzer, ComputationAnalysis, analyzer_of
 from .variables import _W, AccessType
 from .arrays import rows_with_type, type_mask
 from .renumber import fix_goto_label_if_any, remove_no_ops
@@ -56,7 +56,7 @@ def convert_addition_to_assignment(nnet: Any, computation: NnetComputation,
     index tables) made earlier, e.g. by the ComputationChecker just before
     optimization; it saves analysing the computation again."""
     if analyzer is None:
-        analyzer = Analyzer(nnet, computation)
+        analyzer = analyzer_of(nnet, computation)
     analysis = ComputationAnalysis(computation, analyzer)
     commands = computation.commands
     num_commands = len(commands)
@@ -96,7 +96,7 @@ def remove_unnecessary_zeroing(nnet: Any, computation: NnetComputation) -> None:
     is a matrix's first access when, for every variable of the matrix, the
     next access is a pure write.  (The no-ops stay until
     remove_unnecessary_allocation or the end.)"""
-    a = Analyzer(nnet, computation)
+    a = analyzer_of(nnet, computation)
     commands = computation.commands
     ma = a.matrix_accesses
     table = a.variable_accesses
@@ -136,7 +136,7 @@ def move_sizing_commands(nnet: Any, computation: NnetComputation) -> None:
     DeallocMatrix to just after its last access.  Input/output commands stay."""
     # (Kaldi computes the variables, command attributes and matrix accesses
     # here; the Analyzer does just that.)
-    ma = Analyzer(nnet, computation).matrix_accesses
+    ma = analyzer_of(nnet, computation).matrix_accesses
     if not isinstance(ma, MatrixAccessesList):
         raise ComputationCheckError("move_sizing_commands: no matrix access arrays")
     commands = computation.commands
