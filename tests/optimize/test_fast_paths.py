@@ -157,13 +157,16 @@ def test_access_summary_compiled_loop_matches_its_python_code(seed: int) -> None
             v.matrix_to_variable_index, rng.random(num_commands) < 0.3, num_commands)
     with fast_paths.override(analysis_jit_from=0):
         fast = access_summary_arrays(*args)
-    with fast_paths.override(analysis_jit_from=10 ** 9):
+    with fast_paths.override(analysis_jit_from=10 ** 9, analysis_python_below=0):
         small = access_summary_arrays(*args)      # the NumPy version
+    with fast_paths.override(analysis_jit_from=10 ** 9, analysis_python_below=10 ** 9):
+        tiny = access_summary_arrays(*args)       # the Python-list version
     with fast_paths.override(analysis_jit=False):
         slow = access_summary_arrays(*args)
-    assert len(fast) == len(small) == len(slow) == 6
-    for a, b, c in zip(fast, slow, small):
-        assert a.dtype == b.dtype == c.dtype and np.array_equal(a, b) and np.array_equal(c, b)
+    assert len(fast) == len(small) == len(slow) == len(tiny) == 6
+    for a, b, c, d in zip(fast, slow, small, tiny):
+        assert a.dtype == b.dtype == c.dtype == d.dtype
+        assert np.array_equal(a, b) and np.array_equal(c, b) and np.array_equal(d, b)
 
 
 # -- the merging round's analysis ----------------------------------------------------------
