@@ -64,7 +64,7 @@ class FastPaths:
     #: lists: a tiny computation's NumPy version is a few hundred calls of
     #: about a microsecond each, most of a small compile.  Used only with
     #: ``analysis_jit`` (the NumPy code stays the reference).
-    analysis_python_below: int = 96
+    analysis_python_below: int = 64
     #: SplitLocations / SplitLocationsBackward (``compile.split_locations``)
     #: on Python lists (``True``), on arrays (``False``), or chosen by size
     #: (``None``, the default).

@@ -179,26 +179,38 @@ class ComputationVariables:
         num_matrices = len(sizes)
         if not table or table[0] != [0, 0, 0, 0, 0] or num_matrices == 0:
             return False
-        row_sets: list[set[int]] = [set()]
-        col_sets: list[set[int]] = [set()]
         for nr, nc in sizes[1:]:
             if nr <= 0 or nc <= 0:
                 return False
-            row_sets.append({0, nr})
-            col_sets.append({0, nc})
+        # Split points of the matrices some submatrix cuts (most matrices
+        # are only ever used whole: split points 0 and the size).
+        row_cuts: dict[int, set[int]] = {}
+        col_cuts: dict[int, set[int]] = {}
         for m, r0, nr, c0, nc in table[1:]:
             if not (0 < m < num_matrices and r0 >= 0 and nr > 0 and c0 >= 0 and nc > 0):
                 return False
-            size = sizes[m]
-            if r0 + nr > size[0] or c0 + nc > size[1]:
+            mr, mc = sizes[m]
+            if r0 + nr > mr or c0 + nc > mc:
                 return False
-            rows, cols = row_sets[m], col_sets[m]
-            rows.add(r0)
-            rows.add(r0 + nr)
-            cols.add(c0)
-            cols.add(c0 + nc)
-        row_pts = [sorted(p) for p in row_sets]
-        col_pts = [sorted(p) for p in col_sets]
+            if r0 != 0 or nr != mr:
+                cuts = row_cuts.get(m)
+                if cuts is None:
+                    cuts = row_cuts[m] = {0, mr}
+                cuts.add(r0)
+                cuts.add(r0 + nr)
+            if c0 != 0 or nc != mc:
+                cuts = col_cuts.get(m)
+                if cuts is None:
+                    cuts = col_cuts[m] = {0, mc}
+                cuts.add(c0)
+                cuts.add(c0 + nc)
+        row_pts: list[list[int]] = [[]]
+        col_pts: list[list[int]] = [[]]
+        for m in range(1, num_matrices):
+            cuts = row_cuts.get(m)
+            row_pts.append(sorted(cuts) if cuts is not None else [0, sizes[m][0]])
+            cuts = col_cuts.get(m)
+            col_pts.append(sorted(cuts) if cuts is not None else [0, sizes[m][1]])
         row_first, col_first, first_var = [0], [0], [0]
         var_matrix: list[int] = []
         num_row_vars, num_col_vars = [], []
@@ -211,19 +223,24 @@ class ComputationVariables:
             num_col_vars.append(ncv)
             first_var.append(first_var[-1] + nrv * ncv)
             var_matrix += [m] * (nrv * ncv)
-        row_pos = [{p: i for i, p in enumerate(pts)} for pts in row_pts]
-        col_pos = [{p: i for i, p in enumerate(pts)} for pts in col_pts]
+        row_pos = {m: {p: i for i, p in enumerate(row_pts[m])} for m in row_cuts}
+        col_pos = {m: {p: i for i, p in enumerate(col_pts[m])} for m in col_cuts}
         to_matrix, whole, flat, offsets = [0], [False], [], [0, 0]
         for m, r0, nr, c0, nc in table[1:]:
-            rs, re = row_pos[m][r0], row_pos[m][r0 + nr]
-            cs, ce = col_pos[m][c0], col_pos[m][c0 + nc]
+            pos = row_pos.get(m)
+            rs, re = (0, 1) if pos is None else (pos[r0], pos[r0 + nr])
+            pos = col_pos.get(m)
+            cs, ce = (0, 1) if pos is None else (pos[c0], pos[c0 + nc])
             ncv = num_col_vars[m]
             to_matrix.append(m)
             whole.append(rs == 0 and re == num_row_vars[m] and cs == 0 and ce == ncv)
             base = first_var[m]
-            for r in range(rs, re):
-                start = base + r * ncv
-                flat.extend(range(start + cs, start + ce))
+            if re - rs == 1 and ce - cs == 1:
+                flat.append(base + rs * ncv + cs)
+            else:
+                for r in range(rs, re):
+                    start = base + r * ncv
+                    flat.extend(range(start + cs, start + ce))
             offsets.append(len(flat))
         i64 = np.int64
         row_first_a = np.array(row_first, dtype=i64)
