@@ -260,6 +260,27 @@ def test_python_analysis_matches_arrays(seed: str, monkeypatch) -> None:
                                           getattr(reference.variable_accesses, name))
 
 
+@pytest.mark.parametrize("seed", _SEEDS)
+@pytest.mark.parametrize("level", [1, 2])
+def test_optimizer_python_paths_match_arrays(seed: str, level: int, monkeypatch) -> None:
+    """The whole optimizer (and the checker after every pass) with every
+    plain-Python small-computation path forced on gives the same optimized
+    computation as with the array versions only."""
+    from pynnet3.optimize import accesses, checking_hook
+
+    nnet, request, comp = _case(seed)
+    options = OptimizeOptions(memory_compression_level=level)
+    printed = []
+    for below in (10 ** 9, 0):
+        monkeypatch.setattr(accesses, "_MERGE_PYTHON_BELOW", below)
+        with fast_paths.override(analysis_python_below=below):
+            out = optimize(options, nnet, request, copy_computation(comp),
+                           after_each_pass=checking_hook(nnet) if level == 1 else None)
+            check_computation(nnet, out)
+        printed.append(out.print(nnet.component_names, nnet.node_names))
+    assert printed[0] == printed[1]
+
+
 # -- the checker -------------------------------------------------------------------------
 
 def _verdict(nnet, comp: NnetComputation, check_rewrite: bool) -> str | None:
@@ -381,6 +402,19 @@ def _random_index_tables(rng: np.random.Generator, count: int) -> list[np.ndarra
 def test_special_structures_match_per_table() -> None:
     arrays = _random_index_tables(np.random.default_rng(3), 400)
     assert _special_structures(arrays) == [indexes_have_special_structure(a) for a in arrays]
+
+
+def test_special_structures_of_few_tables_scanned_as_lists() -> None:
+    """A few short tables (fewer entries than row_ops._LIST_SCAN_BELOW) are
+    scanned as lists: the same answers."""
+    from pynnet3.optimize import row_ops
+
+    rng = np.random.default_rng(5)
+    arrays = _random_index_tables(rng, 400)
+    for i in range(0, 400, 4):
+        group = arrays[i:i + 4]
+        assert sum(map(len, group)) < row_ops._LIST_SCAN_BELOW
+        assert _special_structures(group) == [indexes_have_special_structure(a) for a in group]
 
 
 def test_leading_trailing_all_match_per_table() -> None:
