@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..compile.computation import CommandType, NnetComputation, StrideType
+from .. import fast_paths
 from ..errors import ComputationCheckError
 from ..log import vlog
 from ..nnet.components.base import Prop
@@ -200,7 +201,10 @@ class VariableMergingOptimizer:
             return False
         st = self.arrays
         merged = False
-        verdicts = self._verdicts()
+        # (A few candidates are quicker one by one, Kaldi's way, than through
+        # the thirty-odd array operations of _verdicts; the merges are the same.)
+        small = len(self._types) < 3 * fast_paths.current().analysis_python_below
+        verdicts = None if small else self._verdicts()
         if verdicts is not None:
             # Only candidates allowed at the start of the round can merge,
             # and they do unless a merge before them in this round touched
