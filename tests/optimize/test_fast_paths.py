@@ -281,6 +281,33 @@ def test_optimizer_python_paths_match_arrays(seed: str, level: int, monkeypatch)
     assert printed[0] == printed[1]
 
 
+@pytest.mark.parametrize("seed", _SEEDS + curated("random", ["013", "027", "039", "055"]))
+@pytest.mark.parametrize("below", [None, 10 ** 9])
+def test_reused_analyses_equal_fresh_ones(seed: str, below: int | None, monkeypatch) -> None:
+    """Every analysis the optimizer and the checker take over from an
+    earlier pass (analyzer_of's memo, the analysis left by
+    remove_unnecessary_zeroing) equals analysing the computation afresh."""
+    from pynnet3.optimize import analysis, accesses, checking_hook
+
+    nnet, request, comp = _case(seed)
+    monkeypatch.setattr(analysis, "_VERIFY_REUSE", True)
+    reused = []
+    real = analysis._verify_same_analysis
+    monkeypatch.setattr(analysis, "_verify_same_analysis",
+                        lambda a, b: (reused.append(1), real(a, b)))
+    overrides = {} if below is None else {"analysis_python_below": below}
+    if below is not None:
+        monkeypatch.setattr(accesses, "_MERGE_PYTHON_BELOW", below)
+    with fast_paths.override(**overrides):
+        for level in (1, 2):
+            options = OptimizeOptions(memory_compression_level=level)
+            analyzer = check_computation(nnet, comp, check_rewrite=True)
+            out = optimize(options, nnet, request, comp, analyzer=analyzer)
+            check_computation(nnet, out)
+            optimize(options, nnet, request, comp, after_each_pass=checking_hook(nnet))
+    assert reused        # (something was reused)
+
+
 # -- the checker -------------------------------------------------------------------------
 
 def _verdict(nnet, comp: NnetComputation, check_rewrite: bool) -> str | None:

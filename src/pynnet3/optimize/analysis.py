@@ -44,6 +44,9 @@ class Analyzer:
     """
 
     def __init__(self, nnet: Any = None, computation: NnetComputation | None = None) -> None:
+        if computation is not None:
+            self.init(nnet, computation)
+            return
         self.variables = ComputationVariables()
         self._command_attributes: Sequence[CommandAttributes] | None = []
         self._variable_accesses: VariableAccessTable | None = VariableAccessTable(
@@ -51,13 +54,21 @@ class Analyzer:
         self._matrix_accesses: Sequence[MatrixAccesses] = []
         self._submatrix_records: _AccessArrays | None = None
         self._arrays: tuple[Any, ...] = ()
-        if computation is not None:
-            self.init(nnet, computation)
 
     def init(self, nnet: Any, computation: NnetComputation) -> None:
-        self.variables = v = variables_of(computation)
+        variables = variables_of(computation)
         table = computation.command_table()
         cmd, sub, flag, side_effects = _submatrix_access_records(nnet, computation, table)
+        self._init_from_records(nnet, computation, variables, table, cmd, sub, flag,
+                                side_effects)
+
+    def _init_from_records(self, nnet: Any, computation: NnetComputation,
+                           v: ComputationVariables, table: np.ndarray, cmd: np.ndarray,
+                           sub: np.ndarray, flag: np.ndarray, side_effects: np.ndarray) -> None:
+        """:meth:`init` from the computation's variables, command table and
+        submatrix access records (as :func:`_submatrix_access_records` makes
+        them)."""
+        self.variables = v
         if len(cmd) < fast_paths.current().analysis_python_below:
             var, mat = _expand_records_python(v, cmd, sub, flag)
         else:
@@ -70,8 +81,7 @@ class Analyzer:
             partial_write = (flag == _W) & ~v.submatrix_is_whole_matrix[sub]
             mat = _AccessArrays(cmd, v.submatrix_to_matrix[sub],
                                 np.where(partial_write, _RW, flag))
-        self._arrays = (len(computation.commands), var, _AccessArrays(cmd, sub, flag), mat,
-                        side_effects)
+        self._arrays = (len(table), var, _AccessArrays(cmd, sub, flag), mat, side_effects)
         self._submatrix_records = None
         self._command_attributes = None
         self._variable_accesses = None
@@ -141,11 +151,68 @@ def analyzer_of(nnet: Any, computation: NnetComputation) -> Analyzer:
            computation.indexes, computation.indexes_multi)
     memo = computation.__dict__.get("_analyzer_memo")
     if memo is not None and _same_state(memo[0], key):
+        if _VERIFY_REUSE:
+            _verify_same_analysis(memo[1], Analyzer(nnet, computation))
         return memo[1]
     analyzer = Analyzer(nnet, computation)
-    computation.__dict__["_analyzer_memo"] = (
-        (nnet, list(key[1]), list(key[2]), key[3], list(key[4]), list(key[5])), analyzer)
+    _remember_analysis(nnet, computation, analyzer)
     return analyzer
+
+
+_T_NO_OPERATION = int(CommandType.NO_OPERATION)
+
+
+# Tests set this: every reused analysis is compared with a fresh one.
+_VERIFY_REUSE = False
+
+
+def _verify_same_analysis(reused: Analyzer, fresh: Analyzer) -> None:
+    a, b = reused, fresh
+    for name in ("matrix_to_variable_index", "submatrix_to_matrix", "submatrix_is_whole_matrix",
+                 "variables_flat", "variables_offsets"):
+        if not np.array_equal(getattr(a.variables, name), getattr(b.variables, name)):
+            raise AssertionError(f"reused analysis differs: variables.{name}")
+    if list(a.matrix_accesses) != list(b.matrix_accesses):
+        raise AssertionError("reused analysis differs: matrix accesses")
+    if list(a.command_attributes) != list(b.command_attributes):
+        raise AssertionError("reused analysis differs: command attributes")
+    for name in ("offsets", "commands", "types"):
+        if not np.array_equal(getattr(a.variable_accesses, name),
+                              getattr(b.variable_accesses, name)):
+            raise AssertionError(f"reused analysis differs: variable accesses ({name})")
+    ra, rb = a.submatrix_records, b.submatrix_records
+    if not all(np.array_equal(getattr(ra, f), getattr(rb, f)) for f in ("cmd", "item", "flag")):
+        raise AssertionError("reused analysis differs: submatrix records")
+
+
+def _remember_analysis(nnet: Any, computation: NnetComputation, analyzer: Analyzer) -> None:
+    computation.__dict__["_analyzer_memo"] = (
+        (nnet, list(computation.commands), list(computation.submatrices),
+         [(m.num_rows, m.num_cols) for m in computation.matrices],
+         list(computation.indexes), list(computation.indexes_multi)), analyzer)
+
+
+def analysis_after_removing(nnet: Any, computation: NnetComputation, analyzer: Analyzer,
+                            removed: Sequence[int]) -> None:
+    """``computation`` is the computation ``analyzer`` analysed, with the
+    commands ``removed`` just turned into no-ops and nothing else changed:
+    remember its analysis for :func:`analyzer_of`, made from ``analyzer``'s
+    records less those of the removed commands.  That is what analysing it
+    afresh gives: the variables and the other commands' accesses are as
+    they were, a no-op accesses nothing, and the matrix lifetimes are
+    worked out again from the new command table."""
+    _, _, raw, _, side_effects = analyzer._arrays
+    table = computation.command_table()
+    if len(table) != len(side_effects) or \
+            (len(removed) and (table[list(removed), 0] != _T_NO_OPERATION).any()):
+        raise ValueError("analysis_after_removing: the removed commands are not no-ops")
+    gone = np.zeros(len(side_effects), dtype=bool)
+    gone[list(removed)] = True
+    keep = ~gone[raw.cmd]
+    new = Analyzer.__new__(Analyzer)
+    new._init_from_records(nnet, computation, analyzer.variables, table, raw.cmd[keep],
+                           raw.item[keep], raw.flag[keep], side_effects & ~gone)
+    _remember_analysis(nnet, computation, new)
 
 
 def _same_state(old: tuple, new: tuple) -> bool:

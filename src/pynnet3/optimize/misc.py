@@ -27,7 +27,7 @@ from ..compile.compiler import consolidate_io_operations as compiler_consolidate
 from ..compile.computation import Command, CommandType, NnetComputation, StrideType
 from ..errors import ComputationCheckError
 from .accesses import MatrixAccessesList
-from .analysis import Analyzer, ComputationAnalysis, analyzer_of
+from .analysis import Analyzer, ComputationAnalysis, analysis_after_removing, analyzer_of
 from .variables import _W, AccessType
 from .arrays import rows_with_type, type_mask
 from .renumber import fix_goto_label_if_any, remove_no_ops
@@ -152,7 +152,11 @@ def remove_unnecessary_zeroing(nnet: Any, computation: NnetComputation) -> None:
     if not isinstance(ma, MatrixAccessesList):
         raise ComputationCheckError("remove_unnecessary_zeroing: no matrix access arrays")
     if len(commands) < 3 * fast_paths.current().analysis_python_below:
-        _remove_zeroing_python(commands, computation.command_table(), ma, table, variables)
+        removed = _remove_zeroing_python(commands, computation.command_table(), ma, table,
+                                         variables)
+        # (move_sizing_commands, next, analyses the result: it is this
+        # analysis less the removed zeroings.)
+        analysis_after_removing(nnet, computation, a, removed)
         return
     # Per matrix: is its first access a zeroing?
     bounds = ma.bounds
@@ -182,9 +186,9 @@ def remove_unnecessary_zeroing(nnet: Any, computation: NnetComputation) -> None:
 
 
 def _remove_zeroing_python(commands: list[Command], table: np.ndarray,
-                           ma: MatrixAccessesList, accesses: Any, variables: Any) -> None:
+                           ma: MatrixAccessesList, accesses: Any, variables: Any) -> list[int]:
     """What remove_unnecessary_zeroing does with arrays, by loops over lists
-    (for small computations)."""
+    (for small computations); returns the commands it removed."""
     types = table[:, 0].tolist()
     bounds = ma.bounds.tolist()
     first_access = ma.access_commands.tolist()
@@ -194,8 +198,9 @@ def _remove_zeroing_python(commands: list[Command], table: np.ndarray,
             c = first_access[bounds[m]]
             if types[c] == _T_SET_CONST and commands[c].alpha == 0.0:
                 zeroed.append((m, c))
+    removed: list[int] = []
     if not zeroed:
-        return
+        return removed
     offsets = accesses.offsets.tolist()
     access_types = accesses.types.tolist()
     first_var = variables.matrix_to_variable_index.tolist()
@@ -211,6 +216,8 @@ def _remove_zeroing_python(commands: list[Command], table: np.ndarray,
                 break
         else:
             commands[c] = _NO_OP
+            removed.append(c)
+    return removed
 
 
 def _sizing_order_python(commands: list[Command], table: np.ndarray,
