@@ -139,6 +139,31 @@ def test_variables_python_loops_match_numpy(seed: int) -> None:
     assert messages[0] == messages[1]
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_merged_records_in_a_dict_match_arrays(seed: int, monkeypatch) -> None:
+    """_merge_records and VariableAccessTable on few records (merged in a
+    dict) give the arrays their NumPy versions give."""
+    from pynnet3.optimize import accesses
+
+    rng = np.random.default_rng(300 + seed)
+    for _ in range(50):
+        n, nv = int(rng.integers(1, 100)), int(rng.integers(1, 30))
+        args = (rng.integers(0, nv, n), rng.integers(0, 20, n), rng.integers(1, 4, n))
+        results = []
+        for below in (10 ** 9, 0):
+            monkeypatch.setattr(accesses, "_MERGE_PYTHON_BELOW", below)
+            table = accesses.VariableAccessTable(nv, *args)
+            merged = accesses._merge_records(args[1], args[0], args[2], nv)
+            results.append((table, merged))
+        (a, ma), (b, mb) = results
+        for name in ("commands", "types", "offsets"):
+            x, y = getattr(a, name), getattr(b, name)
+            assert x.dtype == y.dtype and np.array_equal(x, y), name
+        assert [a[v] for v in range(nv)] == [b[v] for v in range(nv)]
+        for x, y in zip(ma, mb):
+            assert x.dtype == y.dtype and np.array_equal(x, y)
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_access_summary_compiled_loop_matches_its_python_code(seed: int) -> None:
     """access_summary_arrays: the Numba loop (large computations), its NumPy
@@ -254,6 +279,10 @@ def test_python_analysis_matches_arrays(seed: str, monkeypatch) -> None:
             if analyzer is not None:
                 reference = Analyzer(nnet, c)
                 assert list(analyzer.matrix_accesses) == list(reference.matrix_accesses)
+                for name in ("access_commands", "access_types", "bounds"):
+                    x = getattr(analyzer.matrix_accesses, name)
+                    y = getattr(reference.matrix_accesses, name)
+                    assert x.dtype == y.dtype and np.array_equal(x, y), name
                 assert list(analyzer.command_attributes) == list(reference.command_attributes)
                 for name in ("offsets", "commands", "types"):
                     assert np.array_equal(getattr(analyzer.variable_accesses, name),

@@ -784,16 +784,40 @@ class VariableAccessTable:
 
     def __init__(self, num_variables: int, var: np.ndarray, cmd: np.ndarray,
                  flag: np.ndarray) -> None:
+        self._cache: list[list[Access] | None] = [None] * num_variables
+        self._commands_list: list[int] | None = None
+        self._types_list: list[int] | None = None
+        self._offsets_list: list[int] | None = None
+        if 0 < len(cmd) < _MERGE_PYTHON_BELOW:
+            self._init_lists(num_variables, var.tolist(), cmd.tolist(), flag.tolist())
+            return
         # Sorted by variable then command, several accesses of one command
         # to one variable merged (the input may be in any order).
         var_sorted, self.commands, flag = _merge_records(var, cmd, flag,
                                                          int(cmd.max()) + 1 if len(cmd) else 1)
         self.types = flag - 1  # AccessType values
         self.offsets = np.searchsorted(var_sorted, np.arange(num_variables + 1))
-        self._cache: list[list[Access] | None] = [None] * num_variables
-        self._commands_list: list[int] | None = None
-        self._types_list: list[int] | None = None
-        self._offsets_list: list[int] | None = None
+
+    def _init_lists(self, num_variables: int, var: list[int], cmd: list[int],
+                    flag: list[int]) -> None:
+        """The same arrays by merging in a dict (few records)."""
+        merged: dict[tuple[int, int], int] = {}
+        get = merged.get
+        for key, f in zip(zip(var, cmd), flag):
+            merged[key] = get(key, 0) | f
+        keys = sorted(merged)
+        offsets = [0] * (num_variables + 1)
+        for v, _ in keys:
+            offsets[v + 1] += 1
+        for v in range(num_variables):
+            offsets[v + 1] += offsets[v]
+        commands = [k[1] for k in keys]
+        types = [merged[k] - 1 for k in keys]
+        i64 = np.int64
+        self.commands = np.array(commands, dtype=i64)
+        self.types = np.array(types, dtype=i64)
+        self.offsets = np.array(offsets, dtype=i64)
+        self._commands_list, self._types_list, self._offsets_list = commands, types, offsets
 
     def __len__(self) -> int:
         return len(self._cache)
@@ -860,12 +884,16 @@ def compute_matrix_accesses(nnet: Any, computation: NnetComputation,
             np.array(cmds, dtype=np.int64), np.array(mats, dtype=np.int64),
             np.array(flags, dtype=np.int64), num_matrices))
     a = _matrix_arrays
+    table = _table if _table is not None else computation.command_table()
+    if 0 < len(a.cmd) < _MERGE_PYTHON_BELOW:
+        lifetimes = _matrix_lifetimes(table, variables, num_matrices)
+        if lifetimes is not None:
+            return _matrix_accesses_lists(a, num_matrices, lifetimes)
     # Sorted by matrix, then command, one access per command (merged).
     mats, cmds, flags = _merge_records(a.item, a.cmd, a.flag,
                                        int(a.cmd.max()) + 1 if len(a.cmd) else 1)
     types = flags - 1
     bounds = np.searchsorted(mats, np.arange(num_matrices + 1))
-    table = _table if _table is not None else computation.command_table()
     lifetimes = _matrix_lifetimes(table, variables, num_matrices)
     if lifetimes is None:
         # Something is wrong: the loop finds the first bad command and says what.
@@ -876,6 +904,29 @@ def compute_matrix_accesses(nnet: Any, computation: NnetComputation,
         _matrix_lifetimes_loop(nnet, computation, variables, table, ans)
         return ans
     return MatrixAccessesList(cmds, types, bounds, *lifetimes)
+
+
+def _matrix_accesses_lists(a: _AccessArrays, num_matrices: int,
+                           lifetimes: tuple[list[int], list[int], list[bool], list[bool]]
+                           ) -> "MatrixAccessesList":
+    """compute_matrix_accesses' result for few records (merged in a dict)."""
+    merged: dict[tuple[int, int], int] = {}
+    get = merged.get
+    for key, f in zip(zip(a.item.tolist(), a.cmd.tolist()), a.flag.tolist()):
+        merged[key] = get(key, 0) | f
+    keys = sorted(merged)
+    bounds = [0] * (num_matrices + 1)
+    for m, _ in keys:
+        bounds[m + 1] += 1
+    for m in range(num_matrices):
+        bounds[m + 1] += bounds[m]
+    cmds = [k[1] for k in keys]
+    types = [merged[k] - 1 for k in keys]
+    i64 = np.int64
+    ans = MatrixAccessesList(np.array(cmds, dtype=i64), np.array(types, dtype=i64),
+                             np.array(bounds, dtype=i64), *lifetimes)
+    ans._lists = (cmds, types, bounds)
+    return ans
 
 
 class MatrixAccessesList(Sequence):
