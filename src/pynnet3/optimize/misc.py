@@ -353,19 +353,31 @@ def remove_unnecessary_allocation(nnet: Any, computation: NnetComputation) -> No
     no-op commands."""
     lists: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
     commands = computation.commands
-    table = computation.command_table()
-    sizing = rows_with_type(table[:, 0], _SIZING_TYPES)
     matrices = computation.matrices
-    # Per matrix: rows, and columns negated for a stride = num-cols matrix
-    # (those pair only among themselves).
-    rows = np.fromiter((m.num_rows for m in matrices), dtype=np.int64, count=len(matrices))
-    cols = np.fromiter((m.num_cols if m.stride_type is StrideType.DEFAULT else -m.num_cols
-                        for m in matrices), dtype=np.int64, count=len(matrices))
-    mats = computation.submatrix_table()[table[sizing, 1], 0]
-    for c, t, r, k in zip(sizing.tolist(), table[sizing, 0].tolist(), rows[mats].tolist(),
-                          cols[mats].tolist()):
-        deallocs, allocs = lists.setdefault((r, k), ([], []))
-        (deallocs if t == _T_DEALLOC_MATRIX else allocs).append(c)
+    if len(commands) < 3 * fast_paths.current().analysis_python_below:
+        # (the same, command by command)
+        submatrices = computation.submatrices
+        for c, command in enumerate(commands):
+            t = command.command_type
+            if t is T.ALLOC_MATRIX or t is T.DEALLOC_MATRIX:
+                m = matrices[submatrices[command.arg1].matrix_index]
+                key = (m.num_rows, m.num_cols if m.stride_type is StrideType.DEFAULT
+                       else -m.num_cols)
+                deallocs, allocs = lists.setdefault(key, ([], []))
+                (deallocs if t is T.DEALLOC_MATRIX else allocs).append(c)
+    else:
+        table = computation.command_table()
+        sizing = rows_with_type(table[:, 0], _SIZING_TYPES)
+        # Per matrix: rows, and columns negated for a stride = num-cols matrix
+        # (those pair only among themselves).
+        rows = np.fromiter((m.num_rows for m in matrices), dtype=np.int64, count=len(matrices))
+        cols = np.fromiter((m.num_cols if m.stride_type is StrideType.DEFAULT else -m.num_cols
+                            for m in matrices), dtype=np.int64, count=len(matrices))
+        mats = computation.submatrix_table()[table[sizing, 1], 0]
+        for c, t, r, k in zip(sizing.tolist(), table[sizing, 0].tolist(), rows[mats].tolist(),
+                              cols[mats].tolist()):
+            deallocs, allocs = lists.setdefault((r, k), ([], []))
+            (deallocs if t == _T_DEALLOC_MATRIX else allocs).append(c)
     for deallocs, allocs in lists.values():
         for d, a in compute_command_pairs(deallocs, allocs):
             dealloc, alloc = commands[d], commands[a]
