@@ -264,6 +264,20 @@ def _index_bytes(indexes: Any) -> bytes:
 def _options_description(options: Any) -> Any:
     if options is None:
         return None
+    try:
+        return _options_description_memo(options)
+    except TypeError:   # (not hashable)
+        return _describe_options(options)
+
+
+@lru_cache(maxsize=16)
+def _options_description_memo(options: Any) -> Any:
+    # (Options objects are frozen dataclasses: equal options, same text.
+    # dataclasses.asdict is the larger part of a CachingCompiler's set-up.)
+    return _describe_options(options)
+
+
+def _describe_options(options: Any) -> Any:
     if dataclasses.is_dataclass(options) and not isinstance(options, type):
         return {"class": type(options).__name__,
                 "fields": {k: repr(v) for k, v in sorted(dataclasses.asdict(options).items())}}
@@ -514,7 +528,10 @@ class CachingCompiler:
         self.optimize_options = (optimize_options if optimize_options is not None
                                  else default_optimize_options())
         self.use_disk = use_disk
-        self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        # (Without the disk, the default folder is only worked out if asked
+        # for: expanding ~ costs more than a small compile's cache lookup.)
+        self._cache_dir = (Path(cache_dir) if cache_dir is not None
+                           else default_cache_dir() if use_disk else None)
         self._compile_fn = compile_fn
         self._memory: OrderedDict[bytes, NnetComputation] = OrderedDict()
         self._disk_writable = True
@@ -540,6 +557,17 @@ class CachingCompiler:
         structures, self._component_keys = _component_keys(nnet)
         h.update(nnet_structure_text(nnet, structures).encode())
         self._context_digest = h.digest()
+
+    @property
+    def cache_dir(self) -> Path:
+        """The folder of the disk cache."""
+        if self._cache_dir is None:
+            self._cache_dir = default_cache_dir()
+        return self._cache_dir
+
+    @cache_dir.setter
+    def cache_dir(self, value: str | os.PathLike) -> None:
+        self._cache_dir = Path(value)
 
     # -- keys --------------------------------------------------------------------
     def key(self, request: ComputationRequest) -> str:
@@ -642,6 +670,9 @@ class CachingCompiler:
                                analyzer)
         self.seconds["optimize"] += time.perf_counter() - start
         self._check(computation, check_rewrite=False)
+        # (The passes' last analysis, which the check above reused if nothing
+        # changed after it, is not kept with a cached computation.)
+        computation.__dict__.pop("_analyzer_memo", None)
         return computation
 
     def _check(self, computation: NnetComputation, check_rewrite: bool) -> Any:

@@ -64,6 +64,12 @@ class FastPaths:
     #: at least this many submatrices; smaller ones use the NumPy / Python
     #: definitions (same reasons as ``graph_jit_from``).
     analysis_jit_from: int = 256
+    #: Below this many submatrices (or commands) the analysis (variables,
+    #: access records, matrix lifetimes) runs as plain Python loops over
+    #: lists: a tiny computation's NumPy version is a few hundred calls of
+    #: about a microsecond each, most of a small compile.  Used only with
+    #: ``analysis_jit`` (the NumPy code stays the reference).
+    analysis_python_below: int = 64
     #: SplitLocations / SplitLocationsBackward (``compile.split_locations``)
     #: on Python lists (``True``), on arrays (``False``), or chosen by size
     #: (``None``, the default).

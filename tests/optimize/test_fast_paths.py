@@ -106,6 +106,65 @@ def test_variables_compiled_loop_matches_numpy(seed: int) -> None:
 
 
 @pytest.mark.parametrize("seed", range(12))
+def test_variables_python_loops_match_numpy(seed: int) -> None:
+    """The plain-Python variables of small computations equal the NumPy
+    version's (same arrays, dtypes and split points); invalid tables fall
+    through to the NumPy version's error."""
+    rng = np.random.default_rng(200 + seed)
+    sub, sizes = _random_tables(rng, int(rng.integers(1, 8)), int(rng.integers(0, 30)))
+    with fast_paths.override(analysis_python_below=10 ** 9):
+        fast = ComputationVariables()
+        fast.init_from_tables(sub, sizes)
+    with fast_paths.override(analysis_jit=False):
+        slow = ComputationVariables()
+        slow.init_from_tables(sub, sizes)
+    assert fast.num_variables == slow.num_variables
+    for name in ("matrix_to_variable_index", "variable_to_matrix", "submatrix_to_matrix",
+                 "submatrix_is_whole_matrix", "variables_flat", "variables_offsets",
+                 "_row_first", "_col_first"):
+        a, b = getattr(fast, name), getattr(slow, name)
+        assert a.dtype == b.dtype and np.array_equal(a, b), name
+    for m in range(len(sizes)):
+        assert fast.row_split_points[m].tolist() == slow.row_split_points[m].tolist()
+        assert fast.column_split_points[m].tolist() == slow.column_split_points[m].tolist()
+    for s in range(len(sub)):
+        assert fast.variables_for_submatrix(s) == slow.variables_for_submatrix(s)
+    bad = sub.copy()
+    bad[-1, 2] = sizes[bad[-1, 0], 0] + 1          # more rows than its matrix has
+    messages = []
+    for override in ({"analysis_python_below": 10 ** 9}, {"analysis_jit": False}):
+        with fast_paths.override(**override), pytest.raises(PynnetError) as e:
+            ComputationVariables().init_from_tables(bad, sizes)
+        messages.append(str(e.value))
+    assert messages[0] == messages[1]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_merged_records_in_a_dict_match_arrays(seed: int, monkeypatch) -> None:
+    """_merge_records and VariableAccessTable on few records (merged in a
+    dict) give the arrays their NumPy versions give."""
+    from pynnet3.optimize import accesses
+
+    rng = np.random.default_rng(300 + seed)
+    for _ in range(50):
+        n, nv = int(rng.integers(1, 100)), int(rng.integers(1, 30))
+        args = (rng.integers(0, nv, n), rng.integers(0, 20, n), rng.integers(1, 4, n))
+        results = []
+        for below in (10 ** 9, 0):
+            monkeypatch.setattr(accesses, "_MERGE_PYTHON_BELOW", below)
+            table = accesses.VariableAccessTable(nv, *args)
+            merged = accesses._merge_records(args[1], args[0], args[2], nv)
+            results.append((table, merged))
+        (a, ma), (b, mb) = results
+        for name in ("commands", "types", "offsets"):
+            x, y = getattr(a, name), getattr(b, name)
+            assert x.dtype == y.dtype and np.array_equal(x, y), name
+        assert [a[v] for v in range(nv)] == [b[v] for v in range(nv)]
+        for x, y in zip(ma, mb):
+            assert x.dtype == y.dtype and np.array_equal(x, y)
+
+
+@pytest.mark.parametrize("seed", range(12))
 def test_access_summary_compiled_loop_matches_its_python_code(seed: int) -> None:
     """access_summary_arrays: the Numba loop (large computations), its NumPy
     counterpart (small ones) and the loop's code interpreted
@@ -123,13 +182,16 @@ def test_access_summary_compiled_loop_matches_its_python_code(seed: int) -> None
             v.matrix_to_variable_index, rng.random(num_commands) < 0.3, num_commands)
     with fast_paths.override(analysis_jit_from=0):
         fast = access_summary_arrays(*args)
-    with fast_paths.override(analysis_jit_from=10 ** 9):
+    with fast_paths.override(analysis_jit_from=10 ** 9, analysis_python_below=0):
         small = access_summary_arrays(*args)      # the NumPy version
+    with fast_paths.override(analysis_jit_from=10 ** 9, analysis_python_below=10 ** 9):
+        tiny = access_summary_arrays(*args)       # the Python-list version
     with fast_paths.override(analysis_jit=False):
         slow = access_summary_arrays(*args)
-    assert len(fast) == len(small) == len(slow) == 6
-    for a, b, c in zip(fast, slow, small):
-        assert a.dtype == b.dtype == c.dtype and np.array_equal(a, b) and np.array_equal(c, b)
+    assert len(fast) == len(small) == len(slow) == len(tiny) == 6
+    for a, b, c, d in zip(fast, slow, small, tiny):
+        assert a.dtype == b.dtype == c.dtype == d.dtype
+        assert np.array_equal(a, b) and np.array_equal(c, b) and np.array_equal(d, b)
 
 
 # -- the merging round's analysis ----------------------------------------------------------
@@ -175,6 +237,104 @@ def test_access_records_match_command_loop(seed: str) -> None:
         assert sorted(zip(cmd.tolist(), sub.tolist(), flag.tolist())) == \
             sorted(zip(rec.cmd, rec.sub, rec.flag))
         assert side.tolist() == loop_side
+
+
+def _records_or_error(nnet, c: NnetComputation):
+    from pynnet3.optimize.accesses import _BadArgument
+    try:
+        cmd, sub, flag, side = access_records_from_table(
+            nnet, c.command_table(), c.indexes, c.indexes_multi, len(c.submatrices))
+    except _BadArgument:
+        return "bad argument"
+    assert cmd.dtype == sub.dtype == flag.dtype == np.int64 and side.dtype == bool
+    return cmd.tolist(), sub.tolist(), flag.tolist(), side.tolist()
+
+
+@pytest.mark.parametrize("seed", _SEEDS)
+def test_python_analysis_matches_arrays(seed: str, monkeypatch) -> None:
+    """The plain-Python analysis of small computations (access records in
+    the same order, merged records, matrix lifetimes, the records expanded
+    to variables) gives what the array versions give -- on whole
+    computations and on randomly broken ones (same checker verdict)."""
+    from pynnet3.optimize import accesses
+
+    nnet, request, comp = _case(seed)
+    out = optimize(OptimizeOptions(), nnet, request, comp)
+    rng = np.random.default_rng(1000 + int(seed))
+    cases = [(c, rewrite) for base, rewrite in ((comp, True), (out, False))
+             for c in [base, *_mutations(base, rng, 25)]]
+    python_everywhere = {"analysis_python_below": 10 ** 9}
+    for c, rewrite in cases:
+        c.__dict__.pop("_variables_memo", None)
+        with fast_paths.override(**python_everywhere):
+            monkeypatch.setattr(accesses, "_MERGE_PYTHON_BELOW", 10 ** 9)
+            records = _records_or_error(nnet, c)
+            verdict = _verdict(nnet, c, rewrite)
+            analyzer = Analyzer(nnet, c) if verdict is None else None
+        c.__dict__.pop("_variables_memo", None)
+        with fast_paths.override(analysis_python_below=0):
+            monkeypatch.setattr(accesses, "_MERGE_PYTHON_BELOW", 0)
+            assert _records_or_error(nnet, c) == records
+            assert _verdict(nnet, c, rewrite) == verdict
+            if analyzer is not None:
+                reference = Analyzer(nnet, c)
+                assert list(analyzer.matrix_accesses) == list(reference.matrix_accesses)
+                for name in ("access_commands", "access_types", "bounds"):
+                    x = getattr(analyzer.matrix_accesses, name)
+                    y = getattr(reference.matrix_accesses, name)
+                    assert x.dtype == y.dtype and np.array_equal(x, y), name
+                assert list(analyzer.command_attributes) == list(reference.command_attributes)
+                for name in ("offsets", "commands", "types"):
+                    assert np.array_equal(getattr(analyzer.variable_accesses, name),
+                                          getattr(reference.variable_accesses, name))
+
+
+@pytest.mark.parametrize("seed", _SEEDS)
+@pytest.mark.parametrize("level", [1, 2])
+def test_optimizer_python_paths_match_arrays(seed: str, level: int, monkeypatch) -> None:
+    """The whole optimizer (and the checker after every pass) with every
+    plain-Python small-computation path forced on gives the same optimized
+    computation as with the array versions only."""
+    from pynnet3.optimize import accesses, checking_hook
+
+    nnet, request, comp = _case(seed)
+    options = OptimizeOptions(memory_compression_level=level)
+    printed = []
+    for below in (10 ** 9, 0):
+        monkeypatch.setattr(accesses, "_MERGE_PYTHON_BELOW", below)
+        with fast_paths.override(analysis_python_below=below):
+            out = optimize(options, nnet, request, copy_computation(comp),
+                           after_each_pass=checking_hook(nnet) if level == 1 else None)
+            check_computation(nnet, out)
+        printed.append(out.print(nnet.component_names, nnet.node_names))
+    assert printed[0] == printed[1]
+
+
+@pytest.mark.parametrize("seed", _SEEDS + curated("random", ["013", "027", "039", "055"]))
+@pytest.mark.parametrize("below", [None, 10 ** 9])
+def test_reused_analyses_equal_fresh_ones(seed: str, below: int | None, monkeypatch) -> None:
+    """Every analysis the optimizer and the checker take over from an
+    earlier pass (analyzer_of's memo, the analysis left by
+    remove_unnecessary_zeroing) equals analysing the computation afresh."""
+    from pynnet3.optimize import analysis, accesses, checking_hook
+
+    nnet, request, comp = _case(seed)
+    monkeypatch.setattr(analysis, "_VERIFY_REUSE", True)
+    reused = []
+    real = analysis._verify_same_analysis
+    monkeypatch.setattr(analysis, "_verify_same_analysis",
+                        lambda a, b: (reused.append(1), real(a, b)))
+    overrides = {} if below is None else {"analysis_python_below": below}
+    if below is not None:
+        monkeypatch.setattr(accesses, "_MERGE_PYTHON_BELOW", below)
+    with fast_paths.override(**overrides):
+        for level in (1, 2):
+            options = OptimizeOptions(memory_compression_level=level)
+            analyzer = check_computation(nnet, comp, check_rewrite=True)
+            out = optimize(options, nnet, request, comp, analyzer=analyzer)
+            check_computation(nnet, out)
+            optimize(options, nnet, request, comp, after_each_pass=checking_hook(nnet))
+    assert reused        # (something was reused)
 
 
 # -- the checker -------------------------------------------------------------------------
@@ -298,6 +458,19 @@ def _random_index_tables(rng: np.random.Generator, count: int) -> list[np.ndarra
 def test_special_structures_match_per_table() -> None:
     arrays = _random_index_tables(np.random.default_rng(3), 400)
     assert _special_structures(arrays) == [indexes_have_special_structure(a) for a in arrays]
+
+
+def test_special_structures_of_few_tables_scanned_as_lists() -> None:
+    """A few short tables (fewer entries than row_ops._LIST_SCAN_BELOW) are
+    scanned as lists: the same answers."""
+    from pynnet3.optimize import row_ops
+
+    rng = np.random.default_rng(5)
+    arrays = _random_index_tables(rng, 400)
+    for i in range(0, 400, 4):
+        group = arrays[i:i + 4]
+        assert sum(map(len, group)) < row_ops._LIST_SCAN_BELOW
+        assert _special_structures(group) == [indexes_have_special_structure(a) for a in group]
 
 
 def test_leading_trailing_all_match_per_table() -> None:

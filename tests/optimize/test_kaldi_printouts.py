@@ -52,6 +52,22 @@ def test_kaldi_printout_reproduced_all(seed: str) -> None:
     _kaldi_printout_matches(seed)
 
 
+@pytest.mark.parametrize("seed", _random_seeds() or ["000"])
+def test_caching_compiler_reproduces_kaldi_printout(seed: str) -> None:
+    """What a user (and bench/compile.py --random) gets: the CachingCompiler
+    (shortcut on, the checker before and after optimization, no per-pass
+    hook, so the passes share arrays and analyses) gives Kaldi's printout."""
+    from pynnet3.cache import CachingCompiler, CachingCompilerOptions
+
+    root = reference_dir()
+    if root is None or not (root / "random" / seed / "computation.txt").is_file():
+        pytest.skip(f"reference/random/{seed} not available")
+    nnet, request, _ = _case(seed)
+    compiler = CachingCompiler(nnet, CachingCompilerOptions(use_shortcut=True), use_disk=False)
+    ours = compiler.compile(request).print(nnet.component_names, nnet.node_names)
+    assert ours == (reference_dir() / "random" / seed / "computation.txt").read_text()
+
+
 # Seeds whose Kaldi printout needs one of this module's passes: switching it
 # off must change the result.
 @pytest.mark.parametrize("seed,switch", [c for c in [("023", "remove_assignments"),

@@ -6,21 +6,22 @@ pynnet3 hashes only short keys and its own source (the computation cache's
 keys, long temporary-file names), for which CPython's built-in
 implementations are as good; they give the same digests.  hashlib is the
 fallback where those modules are missing.
+
+The implementation is looked up once, on first use: a failing import is not
+cached by Python, so trying ``_sha2`` on every call (it is missing before
+Python 3.12) went through the import machinery's path search each time --
+several times the cost of hashing a cache key.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 __all__ = ["sha1", "sha256"]
 
-
-# The implementations, found on first use (a failed import is not memoised by
-# Python: retrying ``_sha2`` on 3.11 at every call cost ~0.15 ms, a twentieth
-# of a small network's compile, which hashes three times).
-_IMPL: dict[str, Any] = {}
+_impls: dict[str, Callable[..., Any]] = {}
 
 
-def _sha256_impl() -> Any:
+def _sha256_impl() -> Callable[..., Any]:
     try:
         from _sha2 import sha256 as impl  # Python >= 3.12
     except ImportError:
@@ -31,7 +32,7 @@ def _sha256_impl() -> Any:
     return impl
 
 
-def _sha1_impl() -> Any:
+def _sha1_impl() -> Callable[..., Any]:
     try:
         from _sha1 import sha1 as impl
     except ImportError:
@@ -41,15 +42,15 @@ def _sha1_impl() -> Any:
 
 def sha256(data: bytes = b"") -> Any:
     """A SHA-256 hash object (``update``, ``digest``, ``hexdigest``)."""
-    impl = _IMPL.get("sha256")
+    impl = _impls.get("sha256")
     if impl is None:
-        impl = _IMPL["sha256"] = _sha256_impl()
+        impl = _impls["sha256"] = _sha256_impl()
     return impl(data)
 
 
 def sha1(data: bytes = b"") -> Any:
     """A SHA-1 hash object."""
-    impl = _IMPL.get("sha1")
+    impl = _impls.get("sha1")
     if impl is None:
-        impl = _IMPL["sha1"] = _sha1_impl()
+        impl = _impls["sha1"] = _sha1_impl()
     return impl(data)

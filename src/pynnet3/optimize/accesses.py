@@ -24,6 +24,7 @@ import numpy as np
 
 from ..compile.computation import (COMMAND_SPECS, ArgAccess, CommandType, IndexTable,
                                    NnetComputation)
+from .. import fast_paths
 from ..errors import ComputationCheckError
 from ..nnet.components.base import Prop
 from .arrays import rows_with_type, type_mask, unique_ints
@@ -87,12 +88,26 @@ class MatrixAccesses:
 # Command attributes
 # ---------------------------------------------------------------------------
 
+# Up to this many records, _merge_records merges them in a dict and sorts
+# the keys (a few microseconds) rather than with a dozen NumPy calls.
+_MERGE_PYTHON_BELOW = 128
+
+
 def _merge_records(cmd: np.ndarray, item: np.ndarray, flag: np.ndarray,
                    num_items: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Sort (command, item, flag) records by command then item, merging
     duplicates by OR-ing their flags."""
     if len(cmd) == 0:
         return cmd, item, flag
+    if len(cmd) < _MERGE_PYTHON_BELOW:
+        merged_flags: dict[tuple[int, int], int] = {}
+        get = merged_flags.get
+        for key, f in zip(zip(cmd.tolist(), item.tolist()), flag.tolist()):
+            merged_flags[key] = get(key, 0) | f
+        keys = sorted(merged_flags)
+        return (np.array([k[0] for k in keys], dtype=np.int64),
+                np.array([k[1] for k in keys], dtype=np.int64),
+                np.array([merged_flags[k] for k in keys], dtype=np.int64))
     base = max(num_items, int(item.max()) + 1, 1)
     # (The flag, 1..3, rides in the low two bits of the sort key.)
     key = np.sort((cmd * base + item) * 4 + flag)
@@ -295,6 +310,8 @@ def access_records_from_table(nnet: Any, table: np.ndarray, indexes: Sequence[np
     num_commands = len(table)
     if cache is None:
         cache = {}
+    if num_commands < fast_paths.current().analysis_python_below:
+        return _records_python(nnet, table, indexes, indexes_multi, num_submatrices, cache)
     side_effects = np.zeros(num_commands, dtype=bool)
     types = table[:, 0]
     if num_commands and (types.min() < 0 or types.max() >= _NUM_TYPES):
@@ -365,6 +382,94 @@ def access_records_from_table(nnet: Any, table: np.ndarray, indexes: Sequence[np
     if bad.any():
         raise _BadArgument()
     return cmd, sub, flag, side_effects
+
+
+# Per command type (int): the (0-based argument, flag or rule) of each
+# fixed-position access, in argument order; and the argument holding the
+# indexes_multi table (-1 if none).
+_PLANS_BY_TYPE = [[(pos, how) for pos, how in _PLANS[CommandType(t)] if how != "multi"]
+                  for t in range(_NUM_TYPES)]
+_MULTI_POS_BY_TYPE = [next((pos for pos, how in _PLANS[CommandType(t)] if how == "multi"), -1)
+                      for t in range(_NUM_TYPES)]
+_MULTI_FLAG_BY_TYPE = _MULTI_TYPE_FLAG.tolist()
+
+
+def _records_python(nnet: Any, table: np.ndarray, indexes: Sequence[np.ndarray],
+                    indexes_multi: Sequence[np.ndarray], num_submatrices: int,
+                    cache: dict[Any, Any]
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`access_records_from_table` by a loop over the commands (for
+    small computations, where its few dozen array calls cost more): the
+    same records in the same order, the same :class:`_BadArgument`."""
+    rows = table.tolist()
+    num_commands = len(rows)
+    side_effects = [False] * num_commands
+    cmd: list[int] = []
+    sub: list[int] = []
+    flag: list[int] = []
+    extra: list[tuple[int, int]] = []
+    props: list[int] | None = None
+    minus_one = cache.setdefault("minus_one", {})
+    num_indexes = len(indexes)
+    for c, row in enumerate(rows):
+        t = row[0]
+        if not 0 <= t < _NUM_TYPES:
+            raise _BadArgument()
+        for pos, how in _PLANS_BY_TYPE[t]:
+            if how.__class__ is not int:
+                if how == "copy-rows-dest":
+                    k = row[3]
+                    if not 0 <= k < num_indexes:
+                        raise _BadArgument()
+                    arr = indexes[k]
+                    entry = minus_one.get(id(arr))
+                    if entry is None or entry[0] is not arr:
+                        entry = minus_one[id(arr)] = (arr, bool((arr == -1).any()))
+                    how = _RW if entry[1] else _W
+                else:
+                    if props is None:
+                        props = cache.get("all_list")
+                        if props is None:
+                            props = cache["all_list"] = properties_array(nnet).tolist()
+                    comp = row[1]
+                    if not 0 <= comp < len(props):
+                        raise _BadArgument()
+                    p = props[comp]
+                    if how == "propagate-output":
+                        how = _RW if p & _P_PROPAGATE_ADDS else _W
+                    else:   # backprop-in-deriv
+                        how = _RW if p & _P_BACKPROP_ADDS else _W
+                        if t == _T_BACKPROP and p & _P_UPDATABLE:
+                            side_effects[c] = True
+            s = row[pos + 1]
+            if s != 0:
+                cmd.append(c)
+                sub.append(s)
+                flag.append(how)
+        multi_pos = _MULTI_POS_BY_TYPE[t]
+        if multi_pos >= 0:
+            extra.append((c, row[multi_pos + 1]))
+    if extra:
+        subs_of = cache.setdefault("multi_subs", {})
+        for c, k in extra:
+            if not 0 <= k < len(indexes_multi):
+                raise _BadArgument()
+            arr = indexes_multi[k]
+            entry = subs_of.get(id(arr))
+            if entry is None or entry[0] is not arr:
+                u = unique_ints(arr[:, 0])
+                entry = subs_of[id(arr)] = (arr, u[u != -1].astype(np.int64))
+            f = _MULTI_FLAG_BY_TYPE[rows[c][0]]
+            for s in entry[1].tolist():
+                cmd.append(c)
+                sub.append(s)
+                flag.append(f)
+    for s in sub:
+        if not 0 <= s < num_submatrices:
+            raise _BadArgument()
+    i64 = np.int64
+    return (np.array(cmd, dtype=i64), np.array(sub, dtype=i64), np.array(flag, dtype=i64),
+            np.array(side_effects, dtype=bool))
 
 
 def _submatrix_access_records(nnet: Any, computation: NnetComputation,
@@ -500,6 +605,9 @@ def _matrix_lifetimes(table: np.ndarray, variables: ComputationVariables, num_ma
     """Per matrix: the allocating and deallocating commands (-1 if none) and
     whether it is an input / output, from the command table; None if some
     command breaks the rules (not a whole matrix, allocated or freed twice)."""
+    # (The loop costs about 0.1 us per command, the array version ~30 us.)
+    if len(table) < 3 * fast_paths.current().analysis_python_below:
+        return _matrix_lifetimes_python(table, variables, num_matrices)
     rows = rows_with_type(table[:, 0], _LIFETIME_TYPES)
     types, arg1, arg2 = table[rows, 0], table[rows, 1], table[rows, 2]
     whole = variables.submatrix_is_whole_matrix
@@ -534,6 +642,52 @@ def _matrix_lifetimes(table: np.ndarray, variables: ComputationVariables, num_ma
     is_output = np.zeros(num_matrices, dtype=bool)
     is_output[m1[types == _T_PROVIDE_OUTPUT]] = True
     return alloc.tolist(), dealloc.tolist(), is_input.tolist(), is_output.tolist()
+
+
+def _matrix_lifetimes_python(table: np.ndarray, variables: ComputationVariables,
+                             num_matrices: int
+                             ) -> tuple[list[int], list[int], list[bool], list[bool]] | None:
+    """:func:`_matrix_lifetimes` by a loop over the commands (small tables)."""
+    whole = variables.submatrix_is_whole_matrix.tolist()
+    to_matrix = variables.submatrix_to_matrix.tolist()
+    num_subs = len(whole)
+    alloc = [-1] * num_matrices
+    dealloc = [-1] * num_matrices
+    is_input = [False] * num_matrices
+    is_output = [False] * num_matrices
+    created = [False] * num_matrices
+    for c, (t, a1, a2) in enumerate(table[:, :3].tolist()):
+        if not _IS_LIFETIME_TYPE.get(t, False):
+            continue
+        if not 0 < a1 < num_subs or not whole[a1]:
+            return None
+        m = to_matrix[a1]
+        if t == _T_SWAP_MATRIX:
+            if not 0 < a2 < num_subs or not whole[a2]:
+                return None
+            m2 = to_matrix[a2]
+            if dealloc[m2] != -1:
+                return None
+            dealloc[m2] = c
+        if t == _T_ALLOC_MATRIX or t == _T_SWAP_MATRIX or t == _T_ACCEPT_INPUT:
+            if created[m]:
+                if t != _T_ACCEPT_INPUT:
+                    return None
+            else:
+                created[m] = True
+                alloc[m] = c
+            if t == _T_ACCEPT_INPUT:
+                is_input[m] = True
+        elif t == _T_DEALLOC_MATRIX:
+            if dealloc[m] != -1:
+                return None
+            dealloc[m] = c
+        elif t == _T_PROVIDE_OUTPUT:
+            is_output[m] = True
+    return alloc, dealloc, is_input, is_output
+
+
+_IS_LIFETIME_TYPE = {i: bool(x) for i, x in enumerate(_LIFETIME_TYPES.tolist())}
 
 
 def _occurrence_rank(keys: np.ndarray) -> np.ndarray:
@@ -630,16 +784,40 @@ class VariableAccessTable:
 
     def __init__(self, num_variables: int, var: np.ndarray, cmd: np.ndarray,
                  flag: np.ndarray) -> None:
+        self._cache: list[list[Access] | None] = [None] * num_variables
+        self._commands_list: list[int] | None = None
+        self._types_list: list[int] | None = None
+        self._offsets_list: list[int] | None = None
+        if 0 < len(cmd) < _MERGE_PYTHON_BELOW:
+            self._init_lists(num_variables, var.tolist(), cmd.tolist(), flag.tolist())
+            return
         # Sorted by variable then command, several accesses of one command
         # to one variable merged (the input may be in any order).
         var_sorted, self.commands, flag = _merge_records(var, cmd, flag,
                                                          int(cmd.max()) + 1 if len(cmd) else 1)
         self.types = flag - 1  # AccessType values
         self.offsets = np.searchsorted(var_sorted, np.arange(num_variables + 1))
-        self._cache: list[list[Access] | None] = [None] * num_variables
-        self._commands_list: list[int] | None = None
-        self._types_list: list[int] | None = None
-        self._offsets_list: list[int] | None = None
+
+    def _init_lists(self, num_variables: int, var: list[int], cmd: list[int],
+                    flag: list[int]) -> None:
+        """The same arrays by merging in a dict (few records)."""
+        merged: dict[tuple[int, int], int] = {}
+        get = merged.get
+        for key, f in zip(zip(var, cmd), flag):
+            merged[key] = get(key, 0) | f
+        keys = sorted(merged)
+        offsets = [0] * (num_variables + 1)
+        for v, _ in keys:
+            offsets[v + 1] += 1
+        for v in range(num_variables):
+            offsets[v + 1] += offsets[v]
+        commands = [k[1] for k in keys]
+        types = [merged[k] - 1 for k in keys]
+        i64 = np.int64
+        self.commands = np.array(commands, dtype=i64)
+        self.types = np.array(types, dtype=i64)
+        self.offsets = np.array(offsets, dtype=i64)
+        self._commands_list, self._types_list, self._offsets_list = commands, types, offsets
 
     def __len__(self) -> int:
         return len(self._cache)
@@ -706,12 +884,16 @@ def compute_matrix_accesses(nnet: Any, computation: NnetComputation,
             np.array(cmds, dtype=np.int64), np.array(mats, dtype=np.int64),
             np.array(flags, dtype=np.int64), num_matrices))
     a = _matrix_arrays
+    table = _table if _table is not None else computation.command_table()
+    if 0 < len(a.cmd) < _MERGE_PYTHON_BELOW:
+        lifetimes = _matrix_lifetimes(table, variables, num_matrices)
+        if lifetimes is not None:
+            return _matrix_accesses_lists(a, num_matrices, lifetimes)
     # Sorted by matrix, then command, one access per command (merged).
     mats, cmds, flags = _merge_records(a.item, a.cmd, a.flag,
                                        int(a.cmd.max()) + 1 if len(a.cmd) else 1)
     types = flags - 1
     bounds = np.searchsorted(mats, np.arange(num_matrices + 1))
-    table = _table if _table is not None else computation.command_table()
     lifetimes = _matrix_lifetimes(table, variables, num_matrices)
     if lifetimes is None:
         # Something is wrong: the loop finds the first bad command and says what.
@@ -722,6 +904,29 @@ def compute_matrix_accesses(nnet: Any, computation: NnetComputation,
         _matrix_lifetimes_loop(nnet, computation, variables, table, ans)
         return ans
     return MatrixAccessesList(cmds, types, bounds, *lifetimes)
+
+
+def _matrix_accesses_lists(a: _AccessArrays, num_matrices: int,
+                           lifetimes: tuple[list[int], list[int], list[bool], list[bool]]
+                           ) -> "MatrixAccessesList":
+    """compute_matrix_accesses' result for few records (merged in a dict)."""
+    merged: dict[tuple[int, int], int] = {}
+    get = merged.get
+    for key, f in zip(zip(a.item.tolist(), a.cmd.tolist()), a.flag.tolist()):
+        merged[key] = get(key, 0) | f
+    keys = sorted(merged)
+    bounds = [0] * (num_matrices + 1)
+    for m, _ in keys:
+        bounds[m + 1] += 1
+    for m in range(num_matrices):
+        bounds[m + 1] += bounds[m]
+    cmds = [k[1] for k in keys]
+    types = [merged[k] - 1 for k in keys]
+    i64 = np.int64
+    ans = MatrixAccessesList(np.array(cmds, dtype=i64), np.array(types, dtype=i64),
+                             np.array(bounds, dtype=i64), *lifetimes)
+    ans._lists = (cmds, types, bounds)
+    return ans
 
 
 class MatrixAccessesList(Sequence):

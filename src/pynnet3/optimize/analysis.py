@@ -14,6 +14,7 @@ Numba loop (:func:`access_summary_arrays`).
 from __future__ import annotations
 
 from bisect import bisect_right
+from operator import is_
 from typing import Any, Sequence
 
 import numpy as np
@@ -28,7 +29,7 @@ from .variables import _RW, _W, AccessType, ComputationVariables, variables_of
 from ..numba_cache import lazy_njit
 
 
-__all__ = ["Analyzer", "ComputationAnalysis", "AccessSummary", "access_summary_arrays",
+__all__ = ["Analyzer", "analyzer_of", "forget_analysis", "ComputationAnalysis", "AccessSummary", "access_summary_arrays",
            "compute_matrix_to_submatrix", "get_commands_of_type", "get_max_memory_use",
            "max_memory_usage", "print_command_attributes", "print_matrix_accesses"]
 
@@ -43,6 +44,9 @@ class Analyzer:
     """
 
     def __init__(self, nnet: Any = None, computation: NnetComputation | None = None) -> None:
+        if computation is not None:
+            self.init(nnet, computation)
+            return
         self.variables = ComputationVariables()
         self._command_attributes: Sequence[CommandAttributes] | None = []
         self._variable_accesses: VariableAccessTable | None = VariableAccessTable(
@@ -50,23 +54,34 @@ class Analyzer:
         self._matrix_accesses: Sequence[MatrixAccesses] = []
         self._submatrix_records: _AccessArrays | None = None
         self._arrays: tuple[Any, ...] = ()
-        if computation is not None:
-            self.init(nnet, computation)
 
     def init(self, nnet: Any, computation: NnetComputation) -> None:
-        self.variables = v = variables_of(computation)
+        variables = variables_of(computation)
         table = computation.command_table()
         cmd, sub, flag, side_effects = _submatrix_access_records(nnet, computation, table)
-        # Each record expanded to the variables of its submatrix; for the
-        # matrix, a write to only part of it is also a read.
-        counts = v.variables_offsets[sub + 1] - v.variables_offsets[sub]
-        first = np.repeat(v.variables_offsets[sub] - (np.cumsum(counts) - counts), counts)
-        var_items = v.variables_flat[first + np.arange(int(counts.sum()), dtype=np.int64)]
-        var = _AccessArrays(np.repeat(cmd, counts), var_items, np.repeat(flag, counts))
-        partial_write = (flag == _W) & ~v.submatrix_is_whole_matrix[sub]
-        mat = _AccessArrays(cmd, v.submatrix_to_matrix[sub], np.where(partial_write, _RW, flag))
-        self._arrays = (len(computation.commands), var, _AccessArrays(cmd, sub, flag), mat,
-                        side_effects)
+        self._init_from_records(nnet, computation, variables, table, cmd, sub, flag,
+                                side_effects)
+
+    def _init_from_records(self, nnet: Any, computation: NnetComputation,
+                           v: ComputationVariables, table: np.ndarray, cmd: np.ndarray,
+                           sub: np.ndarray, flag: np.ndarray, side_effects: np.ndarray) -> None:
+        """:meth:`init` from the computation's variables, command table and
+        submatrix access records (as :func:`_submatrix_access_records` makes
+        them)."""
+        self.variables = v
+        if len(cmd) < fast_paths.current().analysis_python_below:
+            var, mat = _expand_records_python(v, cmd, sub, flag)
+        else:
+            # Each record expanded to the variables of its submatrix; for the
+            # matrix, a write to only part of it is also a read.
+            counts = v.variables_offsets[sub + 1] - v.variables_offsets[sub]
+            first = np.repeat(v.variables_offsets[sub] - (np.cumsum(counts) - counts), counts)
+            var_items = v.variables_flat[first + np.arange(int(counts.sum()), dtype=np.int64)]
+            var = _AccessArrays(np.repeat(cmd, counts), var_items, np.repeat(flag, counts))
+            partial_write = (flag == _W) & ~v.submatrix_is_whole_matrix[sub]
+            mat = _AccessArrays(cmd, v.submatrix_to_matrix[sub],
+                                np.where(partial_write, _RW, flag))
+        self._arrays = (len(table), var, _AccessArrays(cmd, sub, flag), mat, side_effects)
         self._submatrix_records = None
         self._command_attributes = None
         self._variable_accesses = None
@@ -121,6 +136,124 @@ class Analyzer:
     @matrix_accesses.setter
     def matrix_accesses(self, value: Sequence[MatrixAccesses]) -> None:
         self._matrix_accesses = value
+
+
+def analyzer_of(nnet: Any, computation: NnetComputation) -> Analyzer:
+    """``Analyzer(nnet, computation)``, reused while the computation is what
+    it was when it was analysed: the same network, the same command,
+    submatrix and index-table objects (all treated as immutable; passes
+    replace them rather than change them) and the same matrix sizes.  A pass
+    that changed nothing thus leaves its analysis to the next pass and to
+    the checker after optimization (each analysis is a fixed cost of every
+    compile).  The Analyzer is shared: read it, never change it."""
+    key = (nnet, computation.commands, computation.submatrices,
+           [(m.num_rows, m.num_cols) for m in computation.matrices],
+           computation.indexes, computation.indexes_multi)
+    memo = computation.__dict__.get("_analyzer_memo")
+    if memo is not None and _same_state(memo[0], key):
+        if _VERIFY_REUSE:
+            _verify_same_analysis(memo[1], Analyzer(nnet, computation))
+        return memo[1]
+    analyzer = Analyzer(nnet, computation)
+    _remember_analysis(nnet, computation, analyzer)
+    return analyzer
+
+
+_T_NO_OPERATION = int(CommandType.NO_OPERATION)
+
+
+# Tests set this: every reused analysis is compared with a fresh one.
+_VERIFY_REUSE = False
+
+
+def _verify_same_analysis(reused: Analyzer, fresh: Analyzer) -> None:
+    a, b = reused, fresh
+    for name in ("matrix_to_variable_index", "submatrix_to_matrix", "submatrix_is_whole_matrix",
+                 "variables_flat", "variables_offsets"):
+        if not np.array_equal(getattr(a.variables, name), getattr(b.variables, name)):
+            raise AssertionError(f"reused analysis differs: variables.{name}")
+    if list(a.matrix_accesses) != list(b.matrix_accesses):
+        raise AssertionError("reused analysis differs: matrix accesses")
+    if list(a.command_attributes) != list(b.command_attributes):
+        raise AssertionError("reused analysis differs: command attributes")
+    for name in ("offsets", "commands", "types"):
+        if not np.array_equal(getattr(a.variable_accesses, name),
+                              getattr(b.variable_accesses, name)):
+            raise AssertionError(f"reused analysis differs: variable accesses ({name})")
+    ra, rb = a.submatrix_records, b.submatrix_records
+    if not all(np.array_equal(getattr(ra, f), getattr(rb, f)) for f in ("cmd", "item", "flag")):
+        raise AssertionError("reused analysis differs: submatrix records")
+
+
+def _remember_analysis(nnet: Any, computation: NnetComputation, analyzer: Analyzer) -> None:
+    computation.__dict__["_analyzer_memo"] = (
+        (nnet, list(computation.commands), list(computation.submatrices),
+         [(m.num_rows, m.num_cols) for m in computation.matrices],
+         list(computation.indexes), list(computation.indexes_multi)), analyzer)
+
+
+def analysis_after_removing(nnet: Any, computation: NnetComputation, analyzer: Analyzer,
+                            removed: Sequence[int]) -> None:
+    """``computation`` is the computation ``analyzer`` analysed, with the
+    commands ``removed`` just turned into no-ops and nothing else changed:
+    remember its analysis for :func:`analyzer_of`, made from ``analyzer``'s
+    records less those of the removed commands.  That is what analysing it
+    afresh gives: the variables and the other commands' accesses are as
+    they were, a no-op accesses nothing, and the matrix lifetimes are
+    worked out again from the new command table."""
+    _, _, raw, _, side_effects = analyzer._arrays
+    table = computation.command_table()
+    if len(table) != len(side_effects) or \
+            (len(removed) and (table[list(removed), 0] != _T_NO_OPERATION).any()):
+        raise ValueError("analysis_after_removing: the removed commands are not no-ops")
+    gone = np.zeros(len(side_effects), dtype=bool)
+    gone[list(removed)] = True
+    keep = ~gone[raw.cmd]
+    new = Analyzer.__new__(Analyzer)
+    new._init_from_records(nnet, computation, analyzer.variables, table, raw.cmd[keep],
+                           raw.item[keep], raw.flag[keep], side_effects & ~gone)
+    _remember_analysis(nnet, computation, new)
+
+
+def _same_state(old: tuple, new: tuple) -> bool:
+    if old[0] is not new[0] or old[3] != new[3]:
+        return False
+    for a, b in zip(old[1:3] + old[4:], new[1:3] + new[4:]):
+        if len(a) != len(b) or not all(map(is_, a, b)):
+            return False
+    return True
+
+
+def forget_analysis(computation: NnetComputation) -> None:
+    """Drop the analysis :func:`analyzer_of` keeps with ``computation`` (its
+    arrays are as large as the computation)."""
+    computation.__dict__.pop("_analyzer_memo", None)
+
+
+def _expand_records_python(v: ComputationVariables, cmd: np.ndarray, sub: np.ndarray,
+                           flag: np.ndarray) -> tuple[_AccessArrays, _AccessArrays]:
+    """What :meth:`Analyzer.init` makes of the submatrix records by array
+    operations (the records per variable, and per matrix with partial writes
+    as read-writes), by a loop over the records (few of them)."""
+    offsets = v.variables_offsets.tolist()
+    flat = v.variables_flat.tolist()
+    whole = v.submatrix_is_whole_matrix.tolist()
+    to_matrix = v.submatrix_to_matrix.tolist()
+    var_cmd: list[int] = []
+    var_item: list[int] = []
+    var_flag: list[int] = []
+    mat_item, mat_flag = [], []
+    for c, s, f in zip(cmd.tolist(), sub.tolist(), flag.tolist()):
+        lo, hi = offsets[s], offsets[s + 1]
+        var_item += flat[lo:hi]
+        var_cmd += [c] * (hi - lo)
+        var_flag += [f] * (hi - lo)
+        mat_item.append(to_matrix[s])
+        mat_flag.append(_RW if f == _W and not whole[s] else f)
+    i64 = np.int64
+    return (_AccessArrays(np.array(var_cmd, dtype=i64), np.array(var_item, dtype=i64),
+                          np.array(var_flag, dtype=i64)),
+            _AccessArrays(cmd, np.array(mat_item, dtype=i64), np.array(mat_flag, dtype=i64)))
 
 
 # The per-command record building and the passes' queries live beside this
@@ -638,6 +771,65 @@ def _access_summary_numpy(cmd: np.ndarray, sub: np.ndarray, flag: np.ndarray,
             write_keys.astype(np.int64, copy=False))
 
 
+def _access_summary_python(cmd: np.ndarray, sub: np.ndarray, flag: np.ndarray,
+                           var_flat: np.ndarray, var_offsets: np.ndarray, first_var: np.ndarray,
+                           num_variables: int, zeroing: np.ndarray, num_commands: int
+                           ) -> tuple[np.ndarray, ...]:
+    """What :func:`_access_summary_kernel` computes, by loops over Python
+    lists (for a few records, where the NumPy version's thirty-odd calls
+    cost more)."""
+    flat = var_flat.tolist()
+    offsets = var_offsets.tolist()
+    first_of_matrix = first_var.tolist()
+    is_zeroing = zeroing.tolist()
+    merged: dict[tuple[int, int], int] = {}
+    get = merged.get
+    for c, s, f in zip(cmd.tolist(), sub.tolist(), flag.tolist()):
+        for v in flat[offsets[s]:offsets[s + 1]]:
+            key = (v, c)
+            merged[key] = get(key, 0) | f
+    none = num_commands
+    v_first = [none] * num_variables
+    v_last = [-1] * num_variables
+    v_first_nt = [none] * num_variables
+    v_last_write = [-1] * num_variables
+    write_keys = []
+    base = num_commands + 1
+    for key in sorted(merged):
+        v, c = key
+        if v_first[v] == none:
+            v_first[v] = c
+        v_last[v] = c
+        if not is_zeroing[c] and v_first_nt[v] == none:
+            v_first_nt[v] = c
+        if merged[key] & 2:
+            v_last_write[v] = c
+            write_keys.append(v * base + c)
+    num_subs = len(offsets) - 1
+    sub_first_nt = [none] * num_subs
+    sub_last = [-1] * num_subs
+    sub_last_write = [-1] * num_subs
+    for s in range(num_subs):
+        lo, hi = offsets[s], offsets[s + 1]
+        if lo < hi:
+            vs = flat[lo:hi]
+            sub_first_nt[s] = min(min(v_first_nt[v] for v in vs), none)
+            sub_last[s] = max(max(v_last[v] for v in vs), -1)
+            sub_last_write[s] = max(max(v_last_write[v] for v in vs), -1)
+    num_matrices = len(first_of_matrix) - 1
+    matrix_first = [none] * num_matrices
+    matrix_first_nt = [none] * num_matrices
+    for m in range(num_matrices):
+        lo, hi = first_of_matrix[m], first_of_matrix[m + 1]
+        if lo < hi:
+            matrix_first[m] = min(min(v_first[lo:hi]), none)
+            matrix_first_nt[m] = min(min(v_first_nt[lo:hi]), none)
+    i64 = np.int64
+    return (np.array(sub_first_nt, dtype=i64), np.array(sub_last, dtype=i64),
+            np.array(sub_last_write, dtype=i64), np.array(matrix_first, dtype=i64),
+            np.array(matrix_first_nt, dtype=i64), np.array(write_keys, dtype=i64))
+
+
 def access_summary_arrays(cmd: np.ndarray, sub: np.ndarray, flag: np.ndarray,
                           var_flat: np.ndarray, var_offsets: np.ndarray,
                           first_var: np.ndarray, zeroing: np.ndarray,
@@ -654,6 +846,7 @@ def access_summary_arrays(cmd: np.ndarray, sub: np.ndarray, flag: np.ndarray,
     # Without analysis_jit, the kernel's own code interpreted.)
     kernel = (_access_summary_kernel.py_func if not fp.analysis_jit
               else _access_summary_kernel if len(var_offsets) > fp.analysis_jit_from
+              else _access_summary_python if len(cmd) < 2 * fp.analysis_python_below
               else _access_summary_numpy)
     return kernel(
         np.ascontiguousarray(cmd, dtype=np.int64), np.ascontiguousarray(sub, dtype=np.int64),

@@ -92,7 +92,7 @@ class ComputationArrays:
 
     __slots__ = ("table", "origin", "sub", "sub_origin", "alpha", "sizes", "matrices",
                  "matrix_debug_info", "indexes", "indexes_multi", "indexes_ranges",
-                 "tables_distinct",
+                 "tables_distinct", "final_analysis",
                  "_commands", "_orig_table", "_submatrices", "_orig_sub")
 
     def __init__(self, computation: NnetComputation) -> None:
@@ -118,6 +118,9 @@ class ComputationArrays:
         # Set by renumbering once no two of indexes (or of indexes_multi, or
         # of indexes_ranges) are equal; a pass that adds a table must clear it.
         self.tables_distinct = False
+        # What variable merging leaves for the pipeline: the analysis of the
+        # state it ended in (see variable_merging_optimization).
+        self.final_analysis: object = None
 
     # -- sizes ---------------------------------------------------------------------
     @property

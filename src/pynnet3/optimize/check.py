@@ -31,7 +31,7 @@ from ..errors import ComputationCheckError
 from ..nnet.properties_cache import component_properties_cached
 from .. import fast_paths
 from .accesses import MatrixAccessesList, command_error
-from .analysis import Analyzer
+from .analysis import Analyzer, analyzer_of
 from .arrays import type_mask, unique_ints
 from .check_indexes import IndexChecker
 from .variables import AccessType
@@ -68,6 +68,9 @@ _get_n = itemgetter(0)       # Index -> n
 _EXTEND_MIN_PROPORTION = 0.8
 
 _T_COMPRESS_MATRIX = int(CommandType.COMPRESS_MATRIX)
+# Below this many variable accesses (times fast_paths.analysis_python_below)
+# the rewrite and undefined checks loop over lists.
+_LISTS_BELOW_FACTOR = 4
 # Up to this many rows in all, the debug-info n columns are joined and
 # checked with one min (one NumPy call instead of one per matrix).
 _CONCAT_LIMIT = 200_000
@@ -90,7 +93,9 @@ class ComputationChecker:
 
     def check(self) -> None:
         self.check_computation_indexes()
-        self.analyzer.init(self.nnet, self.computation)
+        # (The analysis a pass made of this very computation, if any: the
+        # same function of the same commands, submatrices and tables.)
+        self.analyzer = analyzer_of(self.nnet, self.computation)
         self.check_computation_matrix_accesses()
         self.check_computation_compression()
         self.check_computation_undefined()
@@ -114,6 +119,9 @@ class ComputationChecker:
         """No variable is written after a command has only read it (true of
         unoptimized computations; optimization re-uses memory in place)."""
         table = self.analyzer.variable_accesses
+        if len(table.types) < _LISTS_BELOW_FACTOR * fast_paths.current().analysis_python_below:
+            self._check_rewrite_lists(table)
+            return
         counts = table.num_accesses()
         if self.config.check_unused_variables and (counts == 0).any():
             v = int(np.flatnonzero(counts == 0)[0])
@@ -134,22 +142,46 @@ class ComputationChecker:
                                        "(not expected before optimization)",
                                        int(table.commands[i]))
 
+    def _check_rewrite_lists(self, table: Any) -> None:
+        """:meth:`check_computation_rewrite` by loops over lists (few accesses)."""
+        offsets = table.offsets.tolist()
+        if self.config.check_unused_variables:
+            for v in range(len(offsets) - 1):
+                if offsets[v + 1] == offsets[v]:
+                    raise self._variable_error(v, "is never used")
+        types = table.types.tolist()
+        read = int(AccessType.READ)
+        for v in range(len(offsets) - 1):
+            read_before = False
+            for i in range(offsets[v], offsets[v + 1]):
+                if types[i] == read:
+                    read_before = True
+                elif read_before:
+                    raise self._variable_error(v, "is modified after being read "
+                                               "(not expected before optimization)",
+                                               int(table.commands[i]))
+
     # -- undefined -----------------------------------------------------------
+    def _unused_variable_ok(self, v: int) -> bool:
+        """An unused variable is allowed only where extend_matrices leaves one."""
+        info = self.analyzer.variables.variable_info(v)
+        m = self.computation.matrices[info.matrix_index]
+        # (float32 product, as Kaldi's BaseFloat arithmetic)
+        return (info.row_offset >= np.float32(_EXTEND_MIN_PROPORTION) * np.float32(m.num_rows)
+                and not (info.col_offset == 0 and info.num_cols == m.num_cols))
+
     def check_computation_undefined(self) -> None:
         """No variable is read before it is written, and (optionally) every
         variable is used."""
         table = self.analyzer.variable_accesses
+        if len(table.types) < _LISTS_BELOW_FACTOR * fast_paths.current().analysis_python_below:
+            self._check_undefined_lists(table)
+            return
         counts = table.num_accesses()
-        variables = self.analyzer.variables
         if self.config.check_unused_variables:
             for v in np.flatnonzero(counts == 0).tolist():
-                info = variables.variable_info(v)
-                m = self.computation.matrices[info.matrix_index]
-                # (float32 product, as Kaldi's BaseFloat arithmetic)
-                if (info.row_offset >= np.float32(_EXTEND_MIN_PROPORTION) * np.float32(m.num_rows)
-                        and not (info.col_offset == 0 and info.num_cols == m.num_cols)):
-                    continue  # as extend_matrices leaves it
-                raise self._variable_error(v, "is never used")
+                if not self._unused_variable_ok(v):
+                    raise self._variable_error(v, "is never used")
         used = np.flatnonzero(counts > 0)
         if len(used) == 0:
             return
@@ -162,6 +194,26 @@ class ComputationChecker:
             i = int(np.flatnonzero(bad)[0])
             raise self._variable_error(int(used[i]), "is read before it is written to",
                                        int(first_cmd[i]))
+
+    def _check_undefined_lists(self, table: Any) -> None:
+        """:meth:`check_computation_undefined` by loops over lists (few accesses)."""
+        offsets = table.offsets.tolist()
+        num_variables = len(offsets) - 1
+        if self.config.check_unused_variables:
+            for v in range(num_variables):
+                if offsets[v + 1] == offsets[v] and not self._unused_variable_ok(v):
+                    raise self._variable_error(v, "is never used")
+        types = table.types.tolist()
+        commands = table.commands.tolist()
+        command_types = self.computation.command_table()[:, 0].tolist()
+        write = int(AccessType.WRITE)
+        for v in range(num_variables):
+            lo = offsets[v]
+            if offsets[v + 1] > lo and types[lo] != write:
+                c = commands[lo]
+                # A compressed matrix may hold undefined parts never read back.
+                if command_types[c] != _T_COMPRESS_MATRIX:
+                    raise self._variable_error(v, "is read before it is written to", c)
 
     # -- matrix accesses -------------------------------------------------------
     def check_computation_matrix_accesses(self) -> None:

@@ -85,6 +85,11 @@ class IndexChecker:
         self.computation = comp = computation
         subs = comp.submatrices
         self.num_submatrices = len(subs)
+        self.num_components = self.nnet.num_components() if self.nnet is not None else 0
+        self.memo_to_command: dict[int, int] = {}
+        self._props: dict[int, int] = {}
+        if len(subs) < fast_paths.current().analysis_python_below and self._init_small(comp):
+            return
         table = comp.submatrix_table()
         sizes = np.array([(m.num_rows, m.num_cols) for m in comp.matrices],
                          dtype=np.int64).reshape(-1, 2)
@@ -103,9 +108,35 @@ class IndexChecker:
         self.sub_cols: list[int] = self.sub_cols_array.tolist()
         self.whole: list[bool] = whole.tolist()
         self.whole_array = whole
-        self.num_components = self.nnet.num_components() if self.nnet is not None else 0
-        self.memo_to_command: dict[int, int] = {}
-        self._props: dict[int, int] = {}
+
+    def _init_small(self, comp: NnetComputation) -> bool:
+        """The submatrix facts of ``__init__`` by a loop over the records
+        (few of them); False, having set nothing, if some submatrix is out
+        of range (the array version then says which)."""
+        subs, matrices = comp.submatrices, comp.matrices
+        first = subs[0]
+        if (first.matrix_index, first.row_offset, first.num_rows, first.col_offset,
+                first.num_cols) != (0, 0, 0, 0, 0):
+            return False
+        num_matrices = len(matrices)
+        rows, cols, whole = [0], [0], [False]
+        for sub in subs[1:]:
+            m, r0, nr, c0, nc = (sub.matrix_index, sub.row_offset, sub.num_rows,
+                                 sub.col_offset, sub.num_cols)
+            if not 1 <= m < num_matrices:
+                return False
+            matrix = matrices[m]
+            mr, mc = matrix.num_rows, matrix.num_cols
+            if r0 < 0 or nr <= 0 or r0 + nr > mr or c0 < 0 or nc <= 0 or c0 + nc > mc:
+                return False
+            rows.append(nr)
+            cols.append(nc)
+            whole.append(r0 == 0 and c0 == 0 and nr == mr and nc == mc)
+        self.sub_rows, self.sub_cols, self.whole = rows, cols, whole
+        self.sub_rows_array = np.array(rows, dtype=np.int64)
+        self.sub_cols_array = np.array(cols, dtype=np.int64)
+        self.whole_array = np.array(whole, dtype=bool)
+        return True
 
     def error(self, c: int, message: str) -> ComputationCheckError:
         return command_error(self.computation, self.nnet, c, message)

@@ -25,7 +25,7 @@ import numpy as np
 from ..compile.computation import Command, CommandType, CompressedMatrixType, NnetComputation
 from .. import log
 from .accesses import MatrixAccessesList
-from .analysis import Analyzer, get_max_memory_use
+from .analysis import Analyzer, analyzer_of, get_max_memory_use
 from .variables import AccessType
 from .renumber import insert_commands, whole_submatrices
 
@@ -66,7 +66,7 @@ class MemoryCompressionOptimizer:
         self.analyzer = Analyzer()
 
     def optimize(self) -> None:
-        self.analyzer.init(self.nnet, self.computation)
+        self.analyzer = analyzer_of(self.nnet, self.computation)
         for m in self._candidate_matrices():
             self.process_matrix(m)
         if self.compress_info:

@@ -22,11 +22,12 @@ from typing import Any
 
 import numpy as np
 
+from .. import fast_paths
 from ..compile.compiler import consolidate_io_operations as compiler_consolidate_io_operations
 from ..compile.computation import Command, CommandType, NnetComputation, StrideType
 from ..errors import ComputationCheckError
 from .accesses import MatrixAccessesList
-from .analysis import Analyzer, ComputationAnalysis
+from .analysis import Analyzer, ComputationAnalysis, analysis_after_removing, analyzer_of
 from .variables import _W, AccessType
 from .arrays import rows_with_type, type_mask
 from .renumber import fix_goto_label_if_any, remove_no_ops
@@ -56,7 +57,7 @@ def convert_addition_to_assignment(nnet: Any, computation: NnetComputation,
     index tables) made earlier, e.g. by the ComputationChecker just before
     optimization; it saves analysing the computation again."""
     if analyzer is None:
-        analyzer = Analyzer(nnet, computation)
+        analyzer = analyzer_of(nnet, computation)
     analysis = ComputationAnalysis(computation, analyzer)
     commands = computation.commands
     num_commands = len(commands)
@@ -69,6 +70,10 @@ def convert_addition_to_assignment(nnet: Any, computation: NnetComputation,
     rec = analyzer.submatrix_records
     if rec is None:
         raise ComputationCheckError("convert_addition_to_assignment: no analysis")
+    if num_commands < 3 * fast_paths.current().analysis_python_below:
+        for c in _additions_to_convert(commands, analyzer, rec, candidates.tolist()):
+            _convert_addition(commands, c)
+        return
     is_candidate = np.zeros(num_commands, dtype=bool)
     is_candidate[candidates] = True
     sel = ((rec.flag & _W) != 0) & is_candidate[rec.cmd]
@@ -83,12 +88,55 @@ def convert_addition_to_assignment(nnet: Any, computation: NnetComputation,
         c = int(candidates[np.flatnonzero(num_written == 0)[0]])
         raise ComputationCheckError("an addition command writes nothing", c)
     for c in candidates[touched_before[candidates] == 0].tolist():
-        command = commands[c]
-        new_type = _ADD_TO_COPY[command.command_type]
-        # (Kaldi's CopyToRowsMulti has no scale.)
-        if new_type is T.COPY_TO_ROWS_MULTI and command.alpha != 1.0:
-            continue
-        commands[c] = command.with_args(command_type=new_type)
+        _convert_addition(commands, c)
+
+
+def _convert_addition(commands: list[Command], c: int) -> None:
+    command = commands[c]
+    new_type = _ADD_TO_COPY[command.command_type]
+    # (Kaldi's CopyToRowsMulti has no scale.)
+    if new_type is T.COPY_TO_ROWS_MULTI and command.alpha != 1.0:
+        return
+    commands[c] = command.with_args(command_type=new_type)
+
+
+def _additions_to_convert(commands: list[Command], analyzer: Analyzer, rec: Any,
+                          candidates: list[int]) -> list[int]:
+    """The additions convert_addition_to_assignment turns into assignments,
+    by loops over lists (small computations): those whose every written
+    submatrix is first touched, other than by zeroing, by the addition."""
+    is_candidate = set(candidates)
+    written: dict[int, list[int]] = {}
+    for c, s, f in zip(rec.cmd.tolist(), rec.item.tolist(), rec.flag.tolist()):
+        if f & _W and c in is_candidate:
+            written.setdefault(c, []).append(s)
+    for c in candidates:
+        if c not in written:
+            raise ComputationCheckError("an addition command writes nothing", c)
+    table = analyzer.variable_accesses
+    offsets = table.offsets.tolist()
+    access_commands = table.commands.tolist()
+    variables = analyzer.variables
+    zeroing: dict[int, bool] = {}
+
+    def is_zeroing(c: int) -> bool:
+        z = zeroing.get(c)
+        if z is None:
+            command = commands[c]
+            z = zeroing[c] = command.command_type is T.SET_CONST and command.alpha == 0.0
+        return z
+
+    def first_nontrivial(s: int) -> int:
+        ans = len(commands)
+        for v in variables.variables_for_submatrix(s):
+            for i in range(offsets[v], offsets[v + 1]):
+                c = access_commands[i]
+                if not is_zeroing(c):
+                    ans = min(ans, c)
+                    break
+        return ans
+
+    return [c for c in candidates if all(first_nontrivial(s) == c for s in written[c])]
 
 
 def remove_unnecessary_zeroing(nnet: Any, computation: NnetComputation) -> None:
@@ -96,13 +144,20 @@ def remove_unnecessary_zeroing(nnet: Any, computation: NnetComputation) -> None:
     is a matrix's first access when, for every variable of the matrix, the
     next access is a pure write.  (The no-ops stay until
     remove_unnecessary_allocation or the end.)"""
-    a = Analyzer(nnet, computation)
+    a = analyzer_of(nnet, computation)
     commands = computation.commands
     ma = a.matrix_accesses
     table = a.variable_accesses
     variables = a.variables
     if not isinstance(ma, MatrixAccessesList):
         raise ComputationCheckError("remove_unnecessary_zeroing: no matrix access arrays")
+    if len(commands) < 3 * fast_paths.current().analysis_python_below:
+        removed = _remove_zeroing_python(commands, computation.command_table(), ma, table,
+                                         variables)
+        # (move_sizing_commands, next, analyses the result: it is this
+        # analysis less the removed zeroings.)
+        analysis_after_removing(nnet, computation, a, removed)
+        return
     # Per matrix: is its first access a zeroing?
     bounds = ma.bounds
     has_access = np.flatnonzero(bounds[1:] > bounds[:-1])
@@ -130,13 +185,96 @@ def remove_unnecessary_zeroing(nnet: Any, computation: NnetComputation) -> None:
             commands[c] = _NO_OP
 
 
+def _remove_zeroing_python(commands: list[Command], table: np.ndarray,
+                           ma: MatrixAccessesList, accesses: Any, variables: Any) -> list[int]:
+    """What remove_unnecessary_zeroing does with arrays, by loops over lists
+    (for small computations); returns the commands it removed."""
+    types = table[:, 0].tolist()
+    bounds = ma.bounds.tolist()
+    first_access = ma.access_commands.tolist()
+    zeroed = []
+    for m in range(len(bounds) - 1):
+        if bounds[m + 1] > bounds[m]:
+            c = first_access[bounds[m]]
+            if types[c] == _T_SET_CONST and commands[c].alpha == 0.0:
+                zeroed.append((m, c))
+    removed: list[int] = []
+    if not zeroed:
+        return removed
+    offsets = accesses.offsets.tolist()
+    access_types = accesses.types.tolist()
+    first_var = variables.matrix_to_variable_index.tolist()
+    is_output = ma.is_output
+    write = int(AccessType.WRITE)
+    for m, c in zeroed:
+        # (as the array version: a variable read or added to after the
+        # zeroing, or only zeroed and handed to the user, keeps it)
+        for v in range(first_var[m], first_var[m + 1]):
+            count = offsets[v + 1] - offsets[v]
+            if (count > 1 and access_types[offsets[v] + 1] != write) or \
+                    (count == 1 and is_output[m]):
+                break
+        else:
+            commands[c] = _NO_OP
+            removed.append(c)
+    return removed
+
+
+def _sizing_order_python(commands: list[Command], table: np.ndarray,
+                         ma: MatrixAccessesList) -> list[int]:
+    """The new command order of move_sizing_commands, by loops over lists
+    (for small computations; the array version below is the same)."""
+    n = len(commands)
+    rows = table[:, :2].tolist()
+    types = [r[0] for r in rows]
+    is_pair = [False] * n
+    for c in range(n - 1):
+        if (types[c] == _T_ALLOC_MATRIX and types[c + 1] == _T_SET_CONST
+                and rows[c][1] == rows[c + 1][1] and commands[c + 1].alpha == 0.0):
+            is_pair[c] = True
+    position = [3 * c for c in range(n)]
+    num_matrices = len(ma)
+    if num_matrices > 1 and n:
+        bounds = ma.bounds.tolist()
+        acc = ma.access_commands.tolist()
+        alloc, dealloc = ma.allocate, ma.deallocate
+        moved: list[tuple[int, int]] = []
+        for m in range(1, num_matrices):
+            lo, hi = bounds[m], bounds[m + 1]
+            count = hi - lo
+            first = acc[lo] if count > 0 else -1
+            a = alloc[m]
+            if a != -1 and types[a] == _T_ALLOC_MATRIX:
+                if first == a + 1 and is_pair[a]:
+                    first = acc[lo + 1] if count > 1 else -1
+                if first != -1:
+                    if first <= a:
+                        raise ComputationCheckError(f"matrix m{m} is accessed before it is "
+                                                    "allocated", first)
+                    moved.append((a, 3 * first - 1))
+            d = dealloc[m]
+            if d != -1 and count > 0 and types[d] == _T_DEALLOC_MATRIX:
+                moved.append((d, 3 * acc[hi - 1] + 1))
+        for c, p in moved:
+            position[c] = p
+    order = sorted(range(n), key=position.__getitem__)
+    reordered = []
+    for c in order:
+        if c > 0 and is_pair[c - 1]:
+            continue        # (the zeroing travels with its allocation)
+        reordered.append(c)
+        if is_pair[c]:
+            reordered.append(c + 1)
+    return reordered
+
+
 def move_sizing_commands(nnet: Any, computation: NnetComputation) -> None:
     """Kaldi's MoveSizingCommands: each AllocMatrix (with the zeroing right
     after it) moves to just before the matrix's first other access, each
     DeallocMatrix to just after its last access.  Input/output commands stay."""
     # (Kaldi computes the variables, command attributes and matrix accesses
     # here; the Analyzer does just that.)
-    ma = Analyzer(nnet, computation).matrix_accesses
+    ma = analyzer_of(nnet, computation).matrix_accesses
     if not isinstance(ma, MatrixAccessesList):
         raise ComputationCheckError("move_sizing_commands: no matrix access arrays")
     commands = computation.commands
@@ -147,6 +285,10 @@ def move_sizing_commands(nnet: Any, computation: NnetComputation) -> None:
         raise ComputationCheckError("move_sizing_commands cannot run after the looped-"
                                     "computation optimization",
                                     int(np.flatnonzero(types == _T_GOTO_LABEL)[0]))
+    if num_commands < 3 * fast_paths.current().analysis_python_below:
+        order = _sizing_order_python(commands, table, ma)
+        computation.commands = [commands[c] for c in order]
+        return
     # An AllocMatrix followed by the zeroing of the same submatrix is a pair
     # that moves together.
     is_pair = np.zeros(num_commands, dtype=bool)
@@ -211,19 +353,31 @@ def remove_unnecessary_allocation(nnet: Any, computation: NnetComputation) -> No
     no-op commands."""
     lists: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
     commands = computation.commands
-    table = computation.command_table()
-    sizing = rows_with_type(table[:, 0], _SIZING_TYPES)
     matrices = computation.matrices
-    # Per matrix: rows, and columns negated for a stride = num-cols matrix
-    # (those pair only among themselves).
-    rows = np.fromiter((m.num_rows for m in matrices), dtype=np.int64, count=len(matrices))
-    cols = np.fromiter((m.num_cols if m.stride_type is StrideType.DEFAULT else -m.num_cols
-                        for m in matrices), dtype=np.int64, count=len(matrices))
-    mats = computation.submatrix_table()[table[sizing, 1], 0]
-    for c, t, r, k in zip(sizing.tolist(), table[sizing, 0].tolist(), rows[mats].tolist(),
-                          cols[mats].tolist()):
-        deallocs, allocs = lists.setdefault((r, k), ([], []))
-        (deallocs if t == _T_DEALLOC_MATRIX else allocs).append(c)
+    if len(commands) < 3 * fast_paths.current().analysis_python_below:
+        # (the same, command by command)
+        submatrices = computation.submatrices
+        for c, command in enumerate(commands):
+            t = command.command_type
+            if t is T.ALLOC_MATRIX or t is T.DEALLOC_MATRIX:
+                m = matrices[submatrices[command.arg1].matrix_index]
+                key = (m.num_rows, m.num_cols if m.stride_type is StrideType.DEFAULT
+                       else -m.num_cols)
+                deallocs, allocs = lists.setdefault(key, ([], []))
+                (deallocs if t is T.DEALLOC_MATRIX else allocs).append(c)
+    else:
+        table = computation.command_table()
+        sizing = rows_with_type(table[:, 0], _SIZING_TYPES)
+        # Per matrix: rows, and columns negated for a stride = num-cols matrix
+        # (those pair only among themselves).
+        rows = np.fromiter((m.num_rows for m in matrices), dtype=np.int64, count=len(matrices))
+        cols = np.fromiter((m.num_cols if m.stride_type is StrideType.DEFAULT else -m.num_cols
+                            for m in matrices), dtype=np.int64, count=len(matrices))
+        mats = computation.submatrix_table()[table[sizing, 1], 0]
+        for c, t, r, k in zip(sizing.tolist(), table[sizing, 0].tolist(), rows[mats].tolist(),
+                              cols[mats].tolist()):
+            deallocs, allocs = lists.setdefault((r, k), ([], []))
+            (deallocs if t == _T_DEALLOC_MATRIX else allocs).append(c)
     for deallocs, allocs in lists.values():
         for d, a in compute_command_pairs(deallocs, allocs):
             dealloc, alloc = commands[d], commands[a]

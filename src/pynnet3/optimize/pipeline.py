@@ -38,7 +38,7 @@ from .model_update import consolidate_model_update
 from .options import INT32_MAX, INT32_MIN, OptimizeOptions
 from .renumber import fix_goto_label, renumber_arrays, renumber_computation
 from .row_ops import replace_row_with_matrix_ops, snip_row_ops, split_row_ops
-from .variable_merging import variable_merging_optimization
+from .variable_merging import remember_final_analysis, variable_merging_optimization
 
 __all__ = ["optimize", "max_output_time_in_request", "OptimizationPass",
            "PASSES", "enabled_passes", "copy_computation", "checking_hook",
@@ -259,6 +259,8 @@ def _optimize(options: OptimizeOptions, nnet: Any,
         nonlocal arrays
         if arrays is not None:
             arrays.write_back(ctx.computation)
+            if arrays.final_analysis is not None:
+                remember_final_analysis(ctx.computation, arrays.final_analysis)
             arrays = None
 
     def run_hook(name: str) -> None:
@@ -280,6 +282,7 @@ def _optimize(options: OptimizeOptions, nnet: Any,
             if on_arrays:
                 computation_now = ctx.computation
                 ctx.computation = to_arrays()  # type: ignore[assignment]
+                arrays.final_analysis = None    # (left by variable merging, if last)
                 try:
                     result = p.call(fn, ctx)
                 finally:

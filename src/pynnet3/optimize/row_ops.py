@@ -63,12 +63,37 @@ def indexes_have_special_structure(indexes: np.ndarray) -> tuple[int, int, int] 
     return pos, first, length
 
 
+# Up to this many entries in all, the index tables are scanned as lists
+# (the array version is some twenty NumPy calls).
+_LIST_SCAN_BELOW = 512
+
+
+def _special_structure_of_list(values: list[int]) -> tuple[int, int, int] | None:
+    """:func:`indexes_have_special_structure` of a nonempty list."""
+    n = len(values)
+    pos = 0
+    while pos < n and values[pos] < 0:
+        pos += 1
+    if pos == n:
+        return None
+    first = values[pos]
+    end = pos + 1
+    while end < n and values[end] == first + (end - pos):
+        end += 1
+    for i in range(end, n):
+        if values[i] >= 0:
+            return None
+    return pos, first, end - pos
+
+
 def _special_structures(arrays: list[np.ndarray]) -> list[tuple[int, int, int] | None]:
     """:func:`indexes_have_special_structure` of each (nonempty) array, with
     array operations over all of them at once."""
     lengths = np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays))
     if len(arrays) == 0:
         return []
+    if int(lengths.sum()) < _LIST_SCAN_BELOW and lengths.all():
+        return [_special_structure_of_list(a.tolist()) for a in arrays]
     if (lengths == 0).any():
         raise PynnetError("indexes_have_special_structure: empty indexes")
     values = np.concatenate(arrays).astype(np.int64)

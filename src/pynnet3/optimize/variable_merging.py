@@ -54,13 +54,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..compile.computation import CommandType, NnetComputation, StrideType
+from .. import fast_paths
 from ..errors import ComputationCheckError
 from ..log import vlog
 from ..nnet.components.base import Prop
 from ..nnet.properties_cache import component_properties_cached, nnet_component_properties
 from .accesses import (_BadArgument, _matrix_lifetimes, access_records_from_table,
                        properties_array)
-from .analysis import Analyzer, access_summary_arrays
+from .analysis import Analyzer, _remember_analysis, access_summary_arrays
 from .variables import ComputationVariables
 from .arrays import ComputationArrays, computation_and_arrays
 from .renumber import renumber_arrays
@@ -102,8 +103,10 @@ class _RoundAnalysis:
         variables.init_from_tables(st.sub, sizes)
         self.variables = variables
         num_matrices = len(sizes)
-        cmd, sub, flag, _ = access_records_from_table(nnet, table, st.indexes, st.indexes_multi,
-                                                      len(st.sub), cache)
+        cmd, sub, flag, side_effects = access_records_from_table(
+            nnet, table, st.indexes, st.indexes_multi, len(st.sub), cache)
+        # (For the Analyzer of the final state: see variable_merging_optimization.)
+        self.records = (table, cmd, sub, flag, side_effects)
         lifetimes = _matrix_lifetimes(table, variables, num_matrices)
         if lifetimes is None:
             raise _BadArgument()
@@ -200,7 +203,10 @@ class VariableMergingOptimizer:
             return False
         st = self.arrays
         merged = False
-        verdicts = self._verdicts()
+        # (A few candidates are quicker one by one, Kaldi's way, than through
+        # the thirty-odd array operations of _verdicts; the merges are the same.)
+        small = len(self._types) < 3 * fast_paths.current().analysis_python_below
+        verdicts = None if small else self._verdicts()
         if verdicts is not None:
             # Only candidates allowed at the start of the round can merge,
             # and they do unless a merge before them in this round touched
@@ -544,8 +550,34 @@ def variable_merging_optimization(config: "OptimizeOptions", nnet: Any,
     cache: dict[Any, Any] = {}
     rounds = 0
     with component_properties_cached():
-        while VariableMergingOptimizer(config, nnet, arrays, cache).merge_variables():
+        while True:
+            optimizer = VariableMergingOptimizer(config, nnet, arrays, cache)
+            if not optimizer.merge_variables():
+                break
             rounds += 1
-    if rounds and arrays is not computation:
-        arrays.write_back(computation)  # type: ignore[arg-type]
+    # The last round merged nothing: its analysis is of the final state,
+    # which the next pass (remove_unnecessary_zeroing) analyses again.
+    final = (nnet, optimizer.analysis)
+    if arrays is not computation:
+        if rounds:
+            arrays.write_back(computation)  # type: ignore[arg-type]
+        remember_final_analysis(computation, final)  # type: ignore[arg-type]
+    else:
+        arrays.final_analysis = final   # (the pipeline writes the arrays back)
     vlog(4, f"variable merging: {rounds} round(s) merged something")
+
+
+def remember_final_analysis(computation: NnetComputation, final: Any) -> None:
+    """Give :func:`~.analysis.analyzer_of` the analysis of ``computation``
+    that the last (empty) round of merging made of it: its variables and
+    submatrix access records are what a fresh analysis would find (same
+    tables, same functions)."""
+    nnet, round_analysis = final
+    table, cmd, sub, flag, side_effects = round_analysis.records
+    if not np.array_equal(computation.command_table(), table):
+        raise ComputationCheckError("variable merging: the final analysis is of another "
+                                    "command table")
+    analyzer = Analyzer.__new__(Analyzer)
+    analyzer._init_from_records(nnet, computation, round_analysis.variables, table, cmd, sub,
+                                flag, side_effects)
+    _remember_analysis(nnet, computation, analyzer)

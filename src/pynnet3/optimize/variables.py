@@ -136,6 +136,10 @@ class ComputationVariables:
     def init_from_tables(self, table: np.ndarray, sizes: np.ndarray) -> None:
         """:meth:`init` from the submatrix table (int64 [num_submatrices, 5])
         and the matrix sizes (int64 [num_matrices, 2]: rows, columns)."""
+        fp = fast_paths.current()
+        if (fp.analysis_jit and len(table) < fp.analysis_python_below
+                and self._init_python(table.tolist(), sizes.tolist())):
+            return
         if len(table) == 0 or (table[0] != 0).any():
             raise ComputationCheckError("submatrix 0 must be the empty submatrix")
         if len(sizes) == 0:
@@ -147,7 +151,6 @@ class ComputationVariables:
         if num_matrices > 1 and (sizes[1:] <= 0).any():
             m = int(np.flatnonzero((sizes[1:] <= 0).any(axis=1))[0]) + 1
             raise ComputationCheckError(f"matrix m{m} has size {sizes[m, 0]} x {sizes[m, 1]}")
-        fp = fast_paths.current()
         if fp.analysis_jit and len(table) >= fp.analysis_jit_from:
             self._init_jit(table, sizes)
         else:
@@ -168,6 +171,94 @@ class ComputationVariables:
         self.variables_flat = flat
         self.variables_offsets = offsets
         self._vfs_cache = [None] * len(table)
+
+    def _init_python(self, table: list[list[int]], sizes: list[list[int]]) -> bool:
+        """The arrays of :meth:`_init_numpy` by plain loops over lists (for
+        small computations); False, having set nothing, where the input is
+        not valid (the NumPy path then names what is wrong)."""
+        num_matrices = len(sizes)
+        if not table or table[0] != [0, 0, 0, 0, 0] or num_matrices == 0:
+            return False
+        for nr, nc in sizes[1:]:
+            if nr <= 0 or nc <= 0:
+                return False
+        # Split points of the matrices some submatrix cuts (most matrices
+        # are only ever used whole: split points 0 and the size).
+        row_cuts: dict[int, set[int]] = {}
+        col_cuts: dict[int, set[int]] = {}
+        for m, r0, nr, c0, nc in table[1:]:
+            if not (0 < m < num_matrices and r0 >= 0 and nr > 0 and c0 >= 0 and nc > 0):
+                return False
+            mr, mc = sizes[m]
+            if r0 + nr > mr or c0 + nc > mc:
+                return False
+            if r0 != 0 or nr != mr:
+                cuts = row_cuts.get(m)
+                if cuts is None:
+                    cuts = row_cuts[m] = {0, mr}
+                cuts.add(r0)
+                cuts.add(r0 + nr)
+            if c0 != 0 or nc != mc:
+                cuts = col_cuts.get(m)
+                if cuts is None:
+                    cuts = col_cuts[m] = {0, mc}
+                cuts.add(c0)
+                cuts.add(c0 + nc)
+        row_pts: list[list[int]] = [[]]
+        col_pts: list[list[int]] = [[]]
+        for m in range(1, num_matrices):
+            cuts = row_cuts.get(m)
+            row_pts.append(sorted(cuts) if cuts is not None else [0, sizes[m][0]])
+            cuts = col_cuts.get(m)
+            col_pts.append(sorted(cuts) if cuts is not None else [0, sizes[m][1]])
+        row_first, col_first, first_var = [0], [0], [0]
+        var_matrix: list[int] = []
+        num_row_vars, num_col_vars = [], []
+        for m in range(num_matrices):
+            nrp, ncp = len(row_pts[m]), len(col_pts[m])
+            row_first.append(row_first[-1] + nrp)
+            col_first.append(col_first[-1] + ncp)
+            nrv, ncv = max(nrp - 1, 0), max(ncp - 1, 0)
+            num_row_vars.append(nrv)
+            num_col_vars.append(ncv)
+            first_var.append(first_var[-1] + nrv * ncv)
+            var_matrix += [m] * (nrv * ncv)
+        row_pos = {m: {p: i for i, p in enumerate(row_pts[m])} for m in row_cuts}
+        col_pos = {m: {p: i for i, p in enumerate(col_pts[m])} for m in col_cuts}
+        to_matrix, whole, flat, offsets = [0], [False], [], [0, 0]
+        for m, r0, nr, c0, nc in table[1:]:
+            pos = row_pos.get(m)
+            rs, re = (0, 1) if pos is None else (pos[r0], pos[r0 + nr])
+            pos = col_pos.get(m)
+            cs, ce = (0, 1) if pos is None else (pos[c0], pos[c0 + nc])
+            ncv = num_col_vars[m]
+            to_matrix.append(m)
+            whole.append(rs == 0 and re == num_row_vars[m] and cs == 0 and ce == ncv)
+            base = first_var[m]
+            if re - rs == 1 and ce - cs == 1:
+                flat.append(base + rs * ncv + cs)
+            else:
+                for r in range(rs, re):
+                    start = base + r * ncv
+                    flat.extend(range(start + cs, start + ce))
+            offsets.append(len(flat))
+        i64 = np.int64
+        row_first_a = np.array(row_first, dtype=i64)
+        col_first_a = np.array(col_first, dtype=i64)
+        self.row_split_points = _SplitPoints(
+            np.array(list(chain.from_iterable(row_pts)), dtype=i64), row_first_a)
+        self.column_split_points = _SplitPoints(
+            np.array(list(chain.from_iterable(col_pts)), dtype=i64), col_first_a)
+        self._row_first, self._col_first = row_first_a, col_first_a
+        self.matrix_to_variable_index = np.array(first_var, dtype=i64)
+        self.num_variables = first_var[-1]
+        self.variable_to_matrix = np.array(var_matrix, dtype=i64)
+        self.submatrix_to_matrix = np.array(to_matrix, dtype=i64)
+        self.submatrix_is_whole_matrix = np.array(whole, dtype=bool)
+        self.variables_flat = np.array(flat, dtype=i64)
+        self.variables_offsets = np.array(offsets, dtype=i64)
+        self._vfs_cache = [None] * len(table)
+        return True
 
     def _init_numpy(self, table: np.ndarray, sizes: np.ndarray) -> None:
         """The variables by array operations (validated input)."""
