@@ -18,7 +18,9 @@ OPENBLAS/OMP/MKL/NUMBA_NUM_THREADS=N, ``default`` unsets them) it prints:
   and pynnet3's same command on the same model and egs, run alternately
   (bench/kaldi_side.py), best of ``--runs``: whole-process wall time
   (start-up, model and egs reading, compilation, writing), CPU time, peak
-  RSS, and the speed ratio pynnet3 / Kaldi.  Kaldi is found through
+  RSS, and the speed ratio pynnet3 / Kaldi.  The checkout's bytecode is
+  compiled first (as installing does), so that start-up is an installed
+  package's.  Kaldi is found through
   ``--kaldi-root``, $KALDI_ROOT or /work/kaldi; without a build its
   recorded figure (reference/train/timing.md) stands in, labelled
   "recorded, not measured".
@@ -369,6 +371,13 @@ def main() -> None:
     sizes = [int(m) for m in args.minibatch_size.split(",")]
     threads = parse_threads(args.threads)
     kaldi = ks.kaldi_from_args(args, need="nnet3-train")
+    # An installed pynnet3 starts from compiled bytecode (pip writes the .pyc
+    # files); a checkout run with PYTHONDONTWRITEBYTECODE=1 (as on the
+    # project's machines) would otherwise compile ~100 modules in every
+    # process, about 0.2 s of each nnet3-train's start-up.
+    import compileall
+
+    compileall.compile_dir(str(ROOT / "src"), quiet=1)
     tmp = None
     if args.keep:
         work = Path(args.keep)

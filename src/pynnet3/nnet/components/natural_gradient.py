@@ -106,6 +106,17 @@ def orthogonalize_rows(m: np.ndarray) -> None:
                 break
 
 
+_LOWER_MASKS: dict[int, np.ndarray] = {}
+
+
+def _lower_mask(n: int) -> np.ndarray:
+    """The lower triangle (diagonal included) of an n x n matrix, as a mask."""
+    mask = _LOWER_MASKS.get(n)
+    if mask is None:
+        mask = _LOWER_MASKS[n] = np.tri(n, dtype=bool)
+    return mask
+
+
 class OnlineNaturalGradient:
     """Kaldi's OnlineNaturalGradient: options (with Kaldi's defaults) and state.
 
@@ -229,9 +240,10 @@ class OnlineNaturalGradient:
     @staticmethod
     def compute_et(d: np.ndarray, beta: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(e, sqrt(e), 1/sqrt(e)) with e_ii = 1 / (beta / d_ii + 1), in float."""
-        e = (F32(1.0) / (F32(beta) / d + F32(1.0))).astype(F32)
-        sqrt_e = np.sqrt(e).astype(F32)
-        return e, sqrt_e, (F32(1.0) / sqrt_e).astype(F32)
+        # (float32 arrays and scalars throughout: every result is float32)
+        e = F32(1.0) / (F32(beta) / d.astype(F32, copy=False) + F32(1.0))
+        sqrt_e = np.sqrt(e)
+        return e, sqrt_e, F32(1.0) / sqrt_e
 
     # -- initialisation ------------------------------------------------------
     def init_default(self, dim: int) -> None:
@@ -294,7 +306,7 @@ class OnlineNaturalGradient:
         if self.t == 0:
             self.init(X)
         rho_t = self.rho_t
-        d_t = self.d_t.copy()
+        d_t = self.d_t        # (read only below: the update makes a new d_t)
         updating = self.updating()
         initial_product = _trace_mat_mat_t(X)
         self._precondition_directions_internal(rho_t, initial_product, updating, d_t, X)
@@ -393,10 +405,11 @@ class OnlineNaturalGradient:
         Z = (eta_n * eta_n) * outer * K_sym
         Z += (eta_n * eta1) * outer * L_sym * d_t_rho_t[None, :]
         Z += (eta_n * eta1) * d_t_rho_t[:, None] * outer * L_sym
-        Z[np.diag_indices_from(Z)] += eta1 * eta1 * d_t_rho_t * d_t_rho_t
+        Z.flat[::Z.shape[0] + 1] += eta1 * eta1 * d_t_rho_t * d_t_rho_t
         # Kaldi fills the lower triangle of a symmetric (packed) matrix; the
-        # two middle terms are each other's transposes, so symmetrise.
-        return np.tril(Z) + np.tril(Z, -1).T
+        # two middle terms are each other's transposes, so symmetrise by
+        # mirroring the lower triangle.
+        return np.where(_lower_mask(Z.shape[0]), Z, Z.T)
 
     def compute_wt1(self, N: int, d_t: np.ndarray, d_t1: np.ndarray, rho_t: float,
                     rho_t1: float, U_t: np.ndarray, sqrt_c_t: np.ndarray,
@@ -410,12 +423,13 @@ class OnlineNaturalGradient:
         if not beta_t1 > 0.0:
             raise NumericalError("natural-gradient: beta_{t+1} <= 0")
         _, sqrt_e_t1, _ = self.compute_et(d_t1, beta_t1)
-        inv_sqrt_c_t = (F32(1.0) / sqrt_c_t).astype(F32)
+        # (float32 operands: the products and sums below are float32)
+        inv_sqrt_c_t = F32(1.0) / sqrt_c_t
         w_t_coeff = ((1.0 - eta) / (eta / N) * (d_t.astype(F64) + rho_t)).astype(F32)
-        B_t = (J_t + w_t_coeff[:, None] * W_t).astype(F32)
-        i_factor = (F32(eta / N) * sqrt_e_t1 * inv_sqrt_c_t).astype(F32)
-        A_t = (U_t.T * (i_factor[:, None] * inv_sqrt_e_t[None, :])).astype(F32)
-        return (A_t @ B_t).astype(F32)
+        B_t = J_t + w_t_coeff[:, None] * W_t
+        i_factor = F32(eta / N) * sqrt_e_t1 * inv_sqrt_c_t
+        A_t = U_t.T * (i_factor[:, None] * inv_sqrt_e_t[None, :])
+        return A_t @ B_t
 
     def reorthogonalize_rt1(self, d_t1: np.ndarray, rho_t1: float, W_t1: np.ndarray) -> None:
         """Make R_{t+1} = E_{t+1}^{-1/2} W_{t+1} orthonormal again (in place):
