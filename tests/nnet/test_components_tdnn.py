@@ -109,3 +109,41 @@ def test_tdnn_reorder_known_layout():
     new_in, _ = c.reorder_indexes([Index(0, -1), Index(0, 1), Index(0, 4)], [Index(0, 0)])
     blank = Index(0, K_NO_TIME)
     assert new_in == [Index(0, -1), blank, Index(0, 1), blank, blank, Index(0, 4)]
+
+
+@pytest.mark.parametrize("in_ts,out_ts", [
+    (range(0, 151, 3), range(0, 148, 3)),          # subsampled layer, reorder 1
+    (range(-1, 213), range(0, 213)),               # step 1
+    (range(0, 140), range(0, 140, 2)),             # reorder_t_in 2, even length
+    (range(0, 141), range(0, 140, 2)),             # reorder_t_in 2, one blank pad row
+    (range(5, 6), range(5, 6)),                    # one t value each
+    (range(0, 30, 3), range(9, 10)),               # one output t
+    ([0, 3, 6, 12], range(0, 12, 3)),              # a gap: not regular, general path
+    (range(0, 10), [4, 2, 6]),                     # unsorted output: general path
+])
+def test_tdnn_reorder_single_image_matches_general(in_ts, out_ts):
+    """The one-image shortcut of reorder_indexes gives the general grid code's answer."""
+    from pynnet3.nnet.components import tdnn_indexes as ti
+    from pynnet3.nnet.index import index_columns
+
+    for n, x in ((0, 0), (3, -2)):
+        inputs = [Index(n, t, x) for t in in_ts]
+        outputs = [Index(n, t, x) for t in out_ts]
+        in_cols, out_cols = index_columns(inputs), index_columns(outputs)
+        io, nx = ti._computation_io(in_cols, out_cols)
+        ti._modify_computation_io(io)
+        want = ti._indexes_for_computation_columns(io, nx, in_cols, out_cols)
+        fast = ti.reorder_single_image(in_cols, out_cols)
+        regular = not isinstance(in_ts, list) and not isinstance(out_ts, list)
+        assert (fast is not None) == regular
+        if fast is not None:
+            assert np.array_equal(fast[0], want[0]) and np.array_equal(fast[1], want[1])
+        c = make_affine(TdnnComponent, "input-dim=2 output-dim=2 time-offsets=0")
+        got_in, got_out = c.reorder_indexes(inputs, outputs)
+        assert list(got_in) == [Index(*r) for r in want[0].tolist()]
+        assert list(got_out) == [Index(*r) for r in want[1].tolist()]
+    # Two images, or an output image the input lacks: the general path.
+    two = [Index(n, t, 0) for n in (0, 1) for t in range(4)]
+    assert ti.reorder_single_image(index_columns(two), index_columns(two)) is None
+    assert ti.reorder_single_image(index_columns([Index(0, 0, 0), Index(0, 1, 0)]),
+                                   index_columns([Index(1, 0, 0)])) is None

@@ -26,7 +26,8 @@ from .affine import (AffineParamsMixin, random_bias, random_params, read_end_of_
 from .base import Prop, UpdatableComponent, fmt_g, print_parameter_stats, register
 from .natural_gradient import OnlineNaturalGradient, precondition_in_out
 from .tdnn_indexes import (_computation_io, _indexes_for_computation_columns,
-                           _modify_computation_io, _nx_keys, get_computation_io)
+                           _modify_computation_io, _nx_keys, get_computation_io,
+                           reorder_single_image)
 
 
 
@@ -284,6 +285,9 @@ class TdnnComponent(AffineParamsMixin, UpdatableComponent):
                         ) -> tuple[list[Index], list[Index]]:
         """Regular (t-major) order, padding gaps with blank (t = kNoTime) indexes."""
         in_cols, out_cols = index_columns(input_indexes), index_columns(output_indexes)
+        single = reorder_single_image(in_cols, out_cols)
+        if single is not None:
+            return IndexList(single[0]), IndexList(single[1])
         in_keys = _nx_keys(in_cols)
         io, nx = _computation_io(in_cols, out_cols, in_keys)
         _modify_computation_io(io)

@@ -78,6 +78,56 @@ def regularize_t_list(t_values: Any) -> tuple[int, int, int]:
     return start, step, 1 + (int(t[-1]) - start) // step
 
 
+def _regular_t(cols: np.ndarray) -> tuple[int, int, int] | None:
+    """(start, step, count) of the t column when it runs strictly upwards by
+    one step (so no blanks, no repeats), else None."""
+    num = len(cols)
+    t = cols[:, 1]
+    start = int(t[0])
+    if num == 1:
+        return (start, 0, 1) if start != K_NO_TIME else None
+    step = int(t[1]) - start
+    if step <= 0 or int(t[-1]) != start + step * (num - 1):
+        return None
+    if num > 2 and not (np.diff(t) == step).all():
+        return None
+    return start, step, num
+
+
+def reorder_single_image(in_cols: np.ndarray, out_cols: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray] | None:
+    """TdnnComponent's reordered (input, output) columns (int32) when input
+    and output are one (n, x) image whose t values each run upwards by a
+    constant step (the usual layout of a one-sequence request), else None.
+
+    Then the regular grid is the input itself (with one image, the blocks of
+    reorder_t_in consecutive t values interleave nothing) followed by the
+    blank rows that round its length up to a multiple of reorder_t_in, and
+    the output grid is the output itself: the general path's answer, from a
+    few comparisons instead of its dozens of small array operations.
+    """
+    if not len(in_cols) or not len(out_cols):
+        return None
+    n, x = int(in_cols[0, 0]), int(in_cols[0, 2])
+    if int(out_cols[0, 0]) != n or int(out_cols[0, 2]) != x:
+        return None
+    t_in, t_out = _regular_t(in_cols), _regular_t(out_cols)
+    if t_in is None or t_out is None:
+        return None
+    if not ((in_cols[:, 0] == n).all() and (in_cols[:, 2] == x).all()
+            and (out_cols[:, 0] == n).all() and (out_cols[:, 2] == x).all()):
+        return None
+    io = ComputationIo(num_images=1)
+    io.start_t_in, io.t_step_in, io.num_t_in = t_in
+    io.start_t_out, io.t_step_out, io.num_t_out = t_out
+    _modify_computation_io(io)
+    num_in = len(in_cols)
+    new_in = np.empty((io.num_t_in, 3), dtype=np.int32)
+    new_in[:num_in] = in_cols
+    new_in[num_in:] = (n, K_NO_TIME, x)
+    return new_in, out_cols.astype(np.int32)
+
+
 def _computation_io(in_cols: np.ndarray, out_cols: np.ndarray,
                     in_keys: np.ndarray | None = None) -> tuple[ComputationIo, np.ndarray]:
     """The ComputationIo and the sorted distinct (n, x) keys of the input
