@@ -142,8 +142,33 @@ def test_tdnn_reorder_single_image_matches_general(in_ts, out_ts):
         got_in, got_out = c.reorder_indexes(inputs, outputs)
         assert list(got_in) == [Index(*r) for r in want[0].tolist()]
         assert list(got_out) == [Index(*r) for r in want[1].tolist()]
+        # The grids the shortcut leaves on its lists give precompute_indexes
+        # the answer it finds from plain lists of the same indexes.
+        assert (c.precompute_indexes(None, got_in, got_out, False)
+                == c.precompute_indexes(None, list(got_in), list(got_out), False))
     # Two images, or an output image the input lacks: the general path.
     two = [Index(n, t, 0) for n in (0, 1) for t in range(4)]
     assert ti.reorder_single_image(index_columns(two), index_columns(two)) is None
     assert ti.reorder_single_image(index_columns([Index(0, 0, 0), Index(0, 1, 0)]),
                                    index_columns([Index(1, 0, 0)])) is None
+
+
+@pytest.mark.parametrize("ts", [
+    list(range(0, 151, 3)), list(range(0, 151, 3)) + [K_NO_TIME] * 2, [7], [7, K_NO_TIME],
+    [0, 3, K_NO_TIME, 6], [K_NO_TIME, 0, 1], [0, 2, 3], [3, 2, 1],
+])
+def test_tdnn_computation_io_single_image_matches_general(ts):
+    """get_computation_io's one-image reading of the grid agrees with finding
+    the distinct t values (blanks only at the end take the short way)."""
+    from pynnet3.nnet.components import tdnn_indexes as ti
+    from pynnet3.nnet.index import index_columns
+
+    inputs = [Index(2, t, 1) for t in ts]
+    outputs = [Index(2, t, 1) for t in ts if t != K_NO_TIME][:3]
+    got = ti.get_computation_io(inputs, outputs)
+    nx, t_in = ti._distinct_nx_and_t(inputs)
+    want = ti.ComputationIo(int(nx.size), *ti.regularize_t_list(t_in),
+                            *ti.regularize_t_list(ti._distinct_nx_and_t(outputs)[1]), 1)
+    assert got == want
+    regular = ts[0] != K_NO_TIME and ts[:3] != [0, 2, 3] and ts != [3, 2, 1] and ts[2:3] != [K_NO_TIME]
+    assert (ti._single_image_grid(index_columns(inputs)) is not None) == regular

@@ -142,7 +142,41 @@ def _computation_io(in_cols: np.ndarray, out_cols: np.ndarray,
     return io, nx
 
 
+def _single_image_grid(cols: np.ndarray) -> tuple[int, int, int, int, int] | None:
+    """(n, x, start, step, count) when ``cols`` are one (n, x) image whose t
+    values run upwards by one step, then maybe blank rows (what
+    reorder_indexes makes of a one-sequence step), else None."""
+    if not len(cols):
+        return None
+    t = cols[:, 1]
+    num = len(cols)
+    if int(t[-1]) == K_NO_TIME:
+        num = int(np.argmax(t == K_NO_TIME))
+        if num == 0 or not (t[num:] == K_NO_TIME).all():
+            return None
+    grid = _regular_t(cols[:num])
+    if grid is None:
+        return None
+    n, x = int(cols[0, 0]), int(cols[0, 2])
+    if not ((cols[:, 0] == n).all() and (cols[:, 2] == x).all()):
+        return None
+    return (n, x) + grid
+
+
 def get_computation_io(input_indexes: list, output_indexes: list) -> ComputationIo:
+    if getattr(input_indexes, "n_tiling", None) is None:
+        # (One image on a regular grid, the usual one-sequence step: read
+        # the grid off the columns instead of sorting distinct values.)
+        fast_in = _single_image_grid(index_columns(input_indexes))
+        fast_out = (_single_image_grid(index_columns(output_indexes))
+                    if fast_in is not None and getattr(output_indexes, "n_tiling", None) is None
+                    else None)
+        if fast_out is not None:
+            io = ComputationIo(num_images=1)
+            io.start_t_in, io.t_step_in, io.num_t_in = fast_in[2:]
+            io.start_t_out, io.t_step_out, io.num_t_out = fast_out[2:]
+            io.reorder_t_in = 1
+            return io
     nx, t_in = distinct_nx_and_t(input_indexes)
     if nx.size == 0:
         raise ValueError("empty input indexes")
