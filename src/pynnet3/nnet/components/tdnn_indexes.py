@@ -89,7 +89,7 @@ def _regular_t(cols: np.ndarray) -> tuple[int, int, int] | None:
     step = int(t[1]) - start
     if step <= 0 or int(t[-1]) != start + step * (num - 1):
         return None
-    if num > 2 and not (np.diff(t) == step).all():
+    if num > 2 and not (t[1:] - t[:-1] == step).all():
         return None
     return start, step, num
 
