@@ -112,6 +112,10 @@ def test_sequential_row_sums_are_bitwise_a_left_to_right_float_sum(use_jit: bool
     # A row of zeros and negative zeros sums to +0, as a C loop from 0.0f does.
     z = np.array([[-0.0, -0.0]], dtype=F32)
     assert not np.signbit(seq_row_sums_f32(z, use_jit=use_jit)[0])
+    z = np.full((3, 4), -0.0, dtype=F32)          # (the NumPy reduction's path)
+    assert not np.signbit(seq_row_sums_f32(z, use_jit=use_jit)).any()
+    assert not np.signbit(seq_exp_row_sums_f32(np.full((3, 4), -np.inf, F32),
+                                               use_jit=use_jit)).any()
     # NumPy's own (pairwise) sum is not the same thing.
     assert not np.array_equal(x.sum(axis=1, dtype=F32), sequential_sums(x))
     # exp taken block by block: the same bits for any block size.

@@ -309,3 +309,39 @@ def test_vosk_backward_compression_is_lossless_here(vosk_mdl: Path) -> None:
         results.append(nnet_bytes(upd, binary=True))
     assert results[0] == results[1]
     assert results[0] != nnet_bytes(gradient_nnet(nnet), binary=True)   # gradients were added
+
+
+@pytest.mark.parametrize("backend_name", ["reference", "cpu"])
+def test_accept_input_take_keeps_an_owned_array_and_copies_otherwise(backend_name: str) -> None:
+    """take=True (the trainer's output derivative) swaps the caller's array in
+    where it can serve as the matrix; the default still copies, and views,
+    other dtypes and read-only arrays are copied either way."""
+    def run(matrix: np.ndarray, take: bool) -> tuple[np.ndarray, NnetComputer]:
+        comp, s = new_computation([(2, 4), (2, 4)])
+        comp.commands += [Command(T.ACCEPT_INPUT, arg1=s[1], arg2=0),
+                          Command(T.ALLOC_MATRIX, arg1=s[2]),
+                          Command(T.MATRIX_COPY, arg1=s[2], arg2=s[1]),
+                          Command(T.MATRIX_ADD, arg1=s[2], arg2=s[1]),
+                          Command(T.PROVIDE_OUTPUT, arg1=s[2], arg2=3)]
+        computer = NnetComputer(NnetComputeOptions(), comp, small_nnet(),
+                                backend=get_backend(backend_name))
+        computer.accept_input("input", matrix, take=take)
+        computer.run()
+        return computer._matrices[1], computer
+
+    x = np.arange(8, dtype=F32).reshape(2, 4).copy()
+    held, computer = run(x, take=True)
+    assert held is x
+    assert np.array_equal(computer.get_output("output"), 2 * np.arange(8, dtype=F32).reshape(2, 4))
+    held, _ = run(x, take=False)
+    assert held is not x and np.array_equal(held, x)
+    wide = np.arange(16, dtype=F32).reshape(2, 8)
+    for other in (x.astype(np.float64), wide[:, :4], np.asfortranarray(x),
+                  np.arange(8, dtype=F32).reshape(2, 4)):      # (a view: not owned)
+        held, computer = run(other, take=True)
+        assert held is not other and held.flags.c_contiguous and held.dtype == F32
+        assert np.array_equal(computer.get_output("output"), 2 * np.asarray(other, F32))
+    frozen = x.copy()
+    frozen.flags.writeable = False
+    held, _ = run(frozen, take=True)
+    assert held is not frozen

@@ -332,10 +332,12 @@ class NnetComputer:
         except Exception as e:  # noqa: BLE001 (re-raised with the command's text)
             self._report_error(e)
 
-    def accept_input(self, node_name: str, matrix: Any) -> None:
+    def accept_input(self, node_name: str, matrix: Any, take: bool = False) -> None:
         """Supply the input of node ``node_name``, or for an output node the
         derivative of the objective with respect to that output.  The rows
-        follow the request's index order.  The data is copied."""
+        follow the request's index order.  The data is copied, unless
+        ``take``: then the caller hands ``matrix`` over (it must not use it
+        afterwards) and the backend may keep it as is (Kaldi's swap)."""
         # Checked before the input command is consumed, so that a caller
         # can recover from a wrong matrix (Kaldi dies here).
         m = self._get_io_matrix_index(node_name, is_output=False, consume=False)
@@ -351,7 +353,8 @@ class NnetComputer:
         if shape[1] != info.num_cols:
             raise PynnetError(f"num-cols mismatch for input '{node_name}': {info.num_cols} in "
                               f"computation-request, {shape[1]} provided.")
-        self._matrices[m] = self.backend.from_host(matrix)
+        take_host = getattr(self.backend, "take_host", None) if take else None
+        self._matrices[m] = (take_host or self.backend.from_host)(matrix)
         self._get_io_matrix_index(node_name, is_output=False)
 
     accept_output_deriv = accept_input

@@ -93,7 +93,8 @@ def compute_objective_function(supervision: GeneralMatrix, objective_type: Objec
     output = computer.get_output(output_name)
     res = compute_objective(supervision, objective_type, output, output_name, supply_deriv)
     if supply_deriv:
-        computer.accept_input(output_name, res.deriv)
+        # (res.deriv is a new array made for this: handed over, not copied)
+        computer.accept_input(output_name, res.deriv, take=True)
     return res.tot_weight, res.tot_objf
 
 

@@ -68,6 +68,11 @@ class Backend(Protocol):
         """A new backend matrix holding a copy of the NumPy array ``host``."""
         ...
 
+    def take_host(self, host: Any) -> Any:
+        """A backend matrix with the contents of ``host``, which the caller
+        hands over (it may be used as is, where no copy is needed)."""
+        ...
+
     def to_host(self, mat: Any) -> Any:
         """The contents of ``mat`` as a NumPy float32 array (may share memory
         with ``mat`` on a host backend)."""

@@ -349,6 +349,9 @@ class CudaBackend:
     def from_host(self, host: Any) -> Any:
         return cuda.to_device(np.ascontiguousarray(host, dtype=F32))
 
+    def take_host(self, host: Any) -> Any:
+        return self.from_host(host)        # (a transfer either way)
+
     def to_host(self, mat: Any) -> np.ndarray:
         if mat.size == 0:
             return np.zeros(mat.shape, dtype=F32)

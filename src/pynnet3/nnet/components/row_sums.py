@@ -9,8 +9,9 @@ about 4x slower than a loop.  Two exact ways are used:
 * NumPy, a column at a time: ``total += x[:, j]`` for j = 0, 1, ... adds
   every row's j-th element to its running float32 sum, the same additions in
   the same order as the C loop, vectorised over the rows (on a transposed
-  copy, so that each column is contiguous).  It costs about a microsecond per
-  column plus the copy, and needs no compilation;
+  copy, so that each column is contiguous).  ``np.add.reduce(xt, axis=0)``
+  does exactly these additions in one call when there are at least two rows
+  (see :func:`_column_sums`), and needs no compilation;
 * a Numba loop (:func:`_seq_row_sums`), for few long rows, where the
   per-column cost would dominate (:data:`JIT_MIN_COLS_PER_ROW`), and for
   any large matrix once the process has imported Numba anyway (the loop is
@@ -54,6 +55,19 @@ def _use_jit(rows: int, cols: int) -> bool:
 
 def _column_sums(xt: np.ndarray, out: np.ndarray) -> None:
     """out[i] = xt[0, i] + xt[1, i] + ... in float32, left to right."""
+    if xt.ndim == 2 and xt.shape[0] > 0 and xt.shape[1] >= 2 \
+            and xt.strides[1] == xt.itemsize and xt.strides[0] >= xt.shape[1] * xt.itemsize:
+        # One C call doing the same additions: NumPy reduces over the outer
+        # (strided) axis with the rows' elements as its inner loop, so each
+        # out[i] is accumulated sequentially, xt[0, i] first (pairwise
+        # summation only happens when the reduced axis is the inner one, as
+        # with a single column).  About 10x faster than the loop below on
+        # log-softmax's 2000 x 128 (0.04 against 0.47 ms).
+        np.add.reduce(xt, axis=0, out=out)
+        # The C loop starts from +0.0f, the reduction from xt[0]: they differ
+        # only where every element is -0.0 (sum -0.0 here, +0.0 in C).
+        out += F32(0.0)
+        return
     out[...] = 0.0
     for column in xt:
         out += column
