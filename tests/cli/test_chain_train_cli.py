@@ -120,6 +120,24 @@ def test_train_matches_kaldi(tmp_path: Path, capsys) -> None:
             assert diff <= (1e-3 if tol is None else tol * np.abs(ref).max()), (key, diff)
 
 
+@pytest.mark.slow
+def test_train_cpu_backends_give_the_same_model(tmp_path: Path) -> None:
+    """--cpu-backend=numpy (the default) and =numba, with --num-threads=1,
+    write byte-identical models on the reference minibatches (the backends
+    differ only in how the row copies run)."""
+    d = chain_dir("0.raw", "den.fst", "merged.ark")
+    outs = []
+    for backend in ("numpy", "numba"):
+        out = tmp_path / f"{backend}.raw"
+        assert run_binary("nnet3-chain-train", "--srand=1", "--use-gpu=no",
+                          f"--cpu-backend={backend}", "--num-threads=1",
+                          "--numerator-graph-threads=1", *CHAIN_OPTS, "--max-param-change=2.0",
+                          str(d / "0.raw"), str(d / "den.fst"), f"ark:{d / 'merged.ark'}",
+                          str(out)) == 0
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1]
+
+
 def test_combine_matches_kaldi(tmp_path: Path, capsys) -> None:
     """nnet3-chain-combine of 0.raw and 1.raw: combined.txt.raw within 1e-4
     relative (parameters and the recomputed BatchNorm stats), and Kaldi's

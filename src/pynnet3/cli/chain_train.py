@@ -10,7 +10,8 @@ from ..train.chain.trainer import NnetChainTrainingOptions
 from ..train.trainer import NnetTrainerOptions
 from .common import (bool_option, check_num_args, kaldi_command, options_from, register_options,
                      run)
-from .options import build_compile_options, compiler_and_computation_options, use_gpu_option
+from .options import (apply_num_threads, build_compile_options,
+                      compiler_and_computation_options, num_threads_option, use_gpu_option)
 
 USAGE = """Train nnet3+chain neural network parameters with backprop and stochastic
 gradient descent.  Minibatches are to be created by nnet3-chain-merge-egs in
@@ -27,13 +28,28 @@ Computation caches (--read-cache, --write-cache) are pynnet3's own, as for
 nnet3-train.  The output model is written atomically."""
 
 
+# As nnet3-train (cli/train.py): one BLAS thread unless --num-threads or a
+# thread variable asks for more, and the NumPy backend by default (the chain
+# minibatches' row operations are as fast there, and the Numba backend's
+# kernels cost start-up time to load).
+BLAS_THREADS = 1
+BLAS_USE = ("the matrix products run on that many BLAS threads (when neither it nor a thread "
+            "variable such as OPENBLAS_NUM_THREADS is set, one: faster for these products "
+            "where the cores are shared).")
+
+
 @kaldi_command(USAGE)
 @click.option("--srand", type=int, default=0, show_default=True,
               help="Seed for random number generator ")
 @bool_option("--binary", True, "Write output in binary mode")
-@use_gpu_option("no", "yes|no|optional|wait: where the network runs (cuda or the Numba cpu "
-                "backend).  NOTE: Kaldi's default is 'yes', which only has an effect in a CUDA "
+@use_gpu_option("no", "yes|no|optional|wait: where the network runs (cuda or the CPU, see "
+                "--cpu-backend).  NOTE: Kaldi's default is 'yes', which only has an effect in a CUDA "
                 "build; pynnet3's default is 'no'.")
+@click.option("--cpu-backend", type=click.Choice(["numpy", "numba"]), default="numpy",
+              show_default=True, help="(pynnet3) How to compute the network on the CPU: numpy "
+              "(NumPy and its BLAS only) or numba (the Numba backend's kernels for the row "
+              "operations).  The chain objective always uses its Numba kernels.  The trained "
+              "model is the same.")
 @register_options(NnetTrainerOptions, names=(
     "store_component_stats", "zero_component_stats", "print_interval", "max_param_change",
     "momentum", "l2_regularize_factor", "batchnorm_stats_scale", "backstitch_training_scale",
@@ -41,12 +57,15 @@ nnet3-train.  The output model is written atomically."""
 @compiler_and_computation_options
 @register_options(ChainTrainingOptions)
 @register_options(NnetChainTrainingOptions, names=("apply_deriv_weights",))
+@num_threads_option(BLAS_USE)
 @click.argument("args", nargs=-1)
-def command(srand: int, binary: bool, use_gpu: str, args: tuple[str, ...], **kwargs: Any) -> None:
+def command(srand: int, binary: bool, use_gpu: str, cpu_backend: str, num_threads: int,
+            args: tuple[str, ...], **kwargs: Any) -> None:
     check_num_args(args, (4,))
+    apply_num_threads(num_threads, BLAS_THREADS)
     from .. import log
     from ..compile.model_io import read_nnet, write_nnet
-    from ..compute.backend import select_backend
+    from ..compute.backend import select_compute_backend
     from ..compute.computer import NnetComputeOptions
     from ..nnet.components.base import set_random_seed
     from ..train.chain.den_graph import DenominatorGraph
@@ -66,7 +85,7 @@ def command(srand: int, binary: bool, use_gpu: str, args: tuple[str, ...], **kwa
                         nnet_config=nnet_config, chain_config=chain_config)
     set_random_seed(srand)
     rand = GlibcRand(srand)
-    backend = select_backend(use_gpu)
+    backend = select_compute_backend(use_gpu, cpu_backend)
     nnet = read_nnet(args[0])
     den_fst = read_fst_file(args[1])
     den_graph = DenominatorGraph.from_fst(den_fst, nnet.output_dim("output"))

@@ -21,7 +21,7 @@ from ...nnet.components.base import fmt_g
 from ..diagnostics import NnetComputeProb, NnetComputeProbOptions
 from ..nnet_update import zero_component_stats
 from .den_graph import DenominatorGraph
-from .objective import ChainTrainingOptions, compute_chain_objf_and_deriv
+from .objective import ChainTrainingOptions, compute_chain_objf_and_deriv, sum_of_products
 from .trainer import get_chain_computation_request
 
 if TYPE_CHECKING:
@@ -93,8 +93,7 @@ class NnetChainComputeProb(NnetComputeProb):
                 computer.accept_input(sup.name, res.deriv)
             if use_xent:
                 xent_output = computer.get_output(sup.name + "-xent")
-                xent_objf = F32(np.vdot(xent_output.astype(np.float64),
-                                        res.xent_deriv.astype(np.float64)))
+                xent_objf = F32(sum_of_products(xent_output, res.xent_deriv))
                 xent = self._info(sup.name + "-xent")
                 xent.tot_weight += res.weight
                 xent.tot_like += float(xent_objf)

@@ -11,7 +11,11 @@ once.  Layouts follow Kaldi's so that the arithmetic is the same:
   alpha sums (the inverse "arbitrary scales" of the next frame);
 * ``beta``: two such rows, used alternately;
 * the innermost loops run over the sequences (contiguous), so each arc of
-  the graph is one vectorised pass over S values.
+  the graph is one vectorised pass over S values: the loops read and write
+  1-d slices (row views), and the backward pass computes an arc's products
+  into a small buffer before adding them to the two sums, so that LLVM
+  vectorises them (about 2x faster than element indexing into the 2-d
+  arrays; each element's arithmetic, and so the result, is unchanged).
 
 Values are stored in float32 and sums over arcs accumulated in float64, as
 Kaldi's CPU code does (its products are float, its accumulators double).
@@ -40,17 +44,18 @@ _MIN_LOG_DIFF_DOUBLE = math.log(np.finfo(np.float64).eps)
 def _alpha_dash(alpha_row, init, leaky, H, S):
     # alpha sums (float, states in order), then alpha += leaky * init[h] * sum[s]
     base = H * S
+    sums = alpha_row[base:base + S]
     for s in range(S):
-        alpha_row[base + s] = np.float32(0.0)
+        sums[s] = np.float32(0.0)
     for h in range(H):
-        off = h * S
+        row = alpha_row[h * S:h * S + S]
         for s in range(S):
-            alpha_row[base + s] += alpha_row[off + s]
+            sums[s] += row[s]
     for h in range(H):
-        off = h * S
+        row = alpha_row[h * S:h * S + S]
         f = np.float32(leaky * init[h])
         for s in range(S):
-            alpha_row[off + s] += f * alpha_row[base + s]
+            row[s] += f * sums[s]
 
 
 @njit(cache=True)
@@ -59,6 +64,7 @@ def den_forward(probs, bwd_begin, bwd_prob, bwd_pdf, bwd_state, init, leaky, S, 
     probabilities (float32, before the arbitrary-scale correction)."""
     H = init.shape[0]
     tmp = np.zeros(S, np.float64)
+    scale = np.empty(S, np.float32)
     for h in range(H):
         for s in range(S):
             alpha[0, h * S + s] = init[h]
@@ -67,18 +73,22 @@ def den_forward(probs, bwd_begin, bwd_prob, bwd_pdf, bwd_state, init, leaky, S, 
         prev = alpha[t - 1]
         cur = alpha[t]
         pcol = (t - 1) * S
+        psum = prev[H * S:H * S + S]
+        for s in range(S):
+            scale[s] = np.float32(1.0 / psum[s])
         for h in range(H):
             for s in range(S):
                 tmp[s] = 0.0
             for a in range(bwd_begin[h], bwd_begin[h + 1]):
                 tp = bwd_prob[a]
-                pdf = bwd_pdf[a]
+                pr = probs[bwd_pdf[a], pcol:pcol + S]
                 poff = bwd_state[a] * S
+                pv = prev[poff:poff + S]
                 for s in range(S):
-                    tmp[s] += (prev[poff + s] * tp) * probs[pdf, pcol + s]
+                    tmp[s] += (pv[s] * tp) * pr[s]
+            crow = cur[h * S:h * S + S]
             for s in range(S):
-                scale = np.float32(1.0 / prev[H * S + s])
-                cur[h * S + s] = np.float32(tmp[s] * scale)
+                crow[s] = np.float32(tmp[s] * scale[s])
         _alpha_dash(cur, init, leaky, H, S)
     tot_prob = np.zeros(S, np.float32)
     last = alpha[T]
@@ -97,10 +107,11 @@ def _beta(beta_row, init, leaky, H, S):
         for h in range(H):
             acc += beta_row[h * S + s] * init[h]
         beta_row[base + s] = np.float32(leaky * acc)
+    sums = beta_row[base:base + S]
     for h in range(H):
-        off = h * S
+        row = beta_row[h * S:h * S + S]
         for s in range(S):
-            beta_row[off + s] += beta_row[base + s]
+            row[s] += sums[s]
 
 
 @njit(cache=True)
@@ -112,6 +123,7 @@ def den_backward(probs, fwd_begin, fwd_prob, fwd_pdf, fwd_state, init, leaky, S,
     H = init.shape[0]
     tmp = np.zeros(S, np.float64)
     occ = np.zeros(S, np.float32)
+    vfs = np.zeros(S, np.float32)
     last = beta[T % 2]
     for s in range(S):
         v = np.float32(1.0 / tot_prob[s])
@@ -125,20 +137,28 @@ def den_backward(probs, fwd_begin, fwd_prob, fwd_pdf, fwd_state, init, leaky, S,
         nb = beta[(t + 1) % 2]
         cur = beta[t % 2]
         col = t * S
+        asum = a_row[H * S:H * S + S]
         for h in range(H):
+            arow = a_row[h * S:h * S + S]
             for s in range(S):
                 tmp[s] = 0.0
-                occ[s] = a_row[h * S + s] / a_row[H * S + s]
+                occ[s] = arow[s] / asum[s]
             for a in range(fwd_begin[h], fwd_begin[h + 1]):
                 tp = fwd_prob[a]
                 pdf = fwd_pdf[a]
                 noff = fwd_state[a] * S
+                nv = nb[noff:noff + S]
+                pr = probs[pdf, col:col + S]
+                dr = deriv_t[pdf, col:col + S]
                 for s in range(S):
-                    vf = (tp * nb[noff + s]) * probs[pdf, col + s]
-                    tmp[s] += vf
-                    deriv_t[pdf, col + s] += vf * occ[s]
+                    vfs[s] = (tp * nv[s]) * pr[s]
+                for s in range(S):
+                    tmp[s] += vfs[s]
+                for s in range(S):
+                    dr[s] += vfs[s] * occ[s]
+            crow = cur[h * S:h * S + S]
             for s in range(S):
-                cur[h * S + s] = np.float32(tmp[s] / a_row[H * S + s])
+                crow[s] = np.float32(tmp[s] / asum[s])
         if t == 0:
             for i in range(H * S):
                 ab_product += np.float64(a_row[i]) * np.float64(cur[i])

@@ -27,7 +27,7 @@ from ...nnet.index import Index
 from ..kaldi_random import GlibcRand
 from ..trainer import NnetTrainer, NnetTrainerOptions
 from .den_graph import DenominatorGraph
-from .objective import ChainTrainingOptions, compute_chain_objf_and_deriv
+from .objective import ChainTrainingOptions, compute_chain_objf_and_deriv, sum_of_products
 
 if TYPE_CHECKING:
     from ...compute.computer import NnetComputer
@@ -136,8 +136,7 @@ class NnetChainTrainer(NnetTrainer):
             deriv, xent_deriv = res.deriv, res.xent_deriv
             if use_xent:
                 xent_output = computer.get_output(xent_name)
-                xent_objf = float(F32(np.vdot(xent_output.astype(np.float64),
-                                              xent_deriv.astype(np.float64))))
+                xent_objf = float(F32(sum_of_products(xent_output, xent_deriv)))
                 self._objf_info(xent_name + suffix).update_stats(
                     xent_name + suffix, self.config.print_interval,
                     self.num_minibatches_processed, res.weight, xent_objf)
