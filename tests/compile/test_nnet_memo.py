@@ -67,3 +67,32 @@ def test_compiling_twice_and_after_a_change_gives_fresh_computations():
     fresh_nnet.read_config("output-node name=output input=Scale(2.0, a2)\n", "<test>")
     fresh = Compiler(request, fresh_nnet).create_computation().print(*names(fresh_nnet))
     assert grown == fresh != a
+
+
+def test_checked_once_per_compilation_block_and_again_in_the_next():
+    """Inside one component_properties_cached block (one compilation) the
+    structure is compared once; a change made between blocks is noticed."""
+    from pynnet3.nnet.properties_cache import component_properties_cached
+
+    nnet = nnet_from_config(TDNN)
+    calls = []
+    real = memo_module._structure
+    memo_module._structure = lambda n: calls.append(1) or real(n)
+    try:
+        with component_properties_cached():
+            assert nnet_memo(nnet, "k", lambda n: 1) == 1
+            assert nnet_memo(nnet, "k", lambda n: 2) == 1
+            assert nnet_memo(nnet, "other", lambda n: 3) == 3
+        assert len(calls) == 1
+        nnet.read_config("output-node name=output2 input=r1\n", "<test>")
+        with component_properties_cached():
+            assert nnet_memo(nnet, "k", lambda n: 4) == 4
+            assert nnet_memo(nnet, "k", lambda n: 5) == 4
+        assert len(calls) == 2
+        # Another network in the same block has its own entry.
+        other = nnet_from_config(TDNN)
+        with component_properties_cached():
+            assert nnet_memo(nnet, "k", lambda n: 6) == 4
+            assert nnet_memo(other, "k", lambda n: 7) == 7
+    finally:
+        memo_module._structure = real

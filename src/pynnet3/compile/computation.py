@@ -337,6 +337,11 @@ def _memo_table(owner: Any, attr: str, items: list, make: Any) -> np.ndarray:
     memo = owner.__dict__.get(attr)
     if memo is not None:
         old_items, old_table = memo
+        # (A list comparison tries identity first and stops at the first
+        # difference; items equal field by field give the same rows, so an
+        # equal list, the common case, needs no array work at all.)
+        if old_items == items:
+            return old_table
         if len(old_items) == len(items):
             same = np.fromiter(map(is_, old_items, items), dtype=bool, count=len(items))
             if same.all():

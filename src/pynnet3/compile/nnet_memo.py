@@ -17,11 +17,18 @@ made through pynnet3's own API invalidates the entry; only code that edits
 a Descriptor or a component's configuration in place (nothing in pynnet3
 does) would not be noticed.  The entries live as long as the Nnet (a weak
 reference removes them).
+
+Inside one compilation (a ``component_properties_cached`` block, during
+which nothing changes the network) the structure is compared once: the
+compiler asks for several entries per compilation, and on a tiny network
+building and comparing the structure each time was a visible part of it.
 """
 from __future__ import annotations
 
 import weakref
 from typing import TYPE_CHECKING, Any, Callable
+
+from ..nnet.properties_cache import block_memo
 
 if TYPE_CHECKING:
     from ..nnet.nnet import Nnet
@@ -60,8 +67,17 @@ def _forget(key: int) -> None:
 
 def nnet_memo(nnet: "Nnet", key: str, make: Callable[["Nnet"], Any]) -> Any:
     """``make(nnet)``, remembered for ``nnet`` while its structure is unchanged."""
-    structure = _structure(nnet)
     ident = id(nnet)
+    block = block_memo()
+    if block is not None:
+        # (Checked already in this compilation: the network has not changed since.)
+        hit = block.get(("nnet_memo", ident))
+        if hit is not None and hit[0] is nnet:
+            values = hit[1]
+            if key not in values:
+                values[key] = make(nnet)
+            return values[key]
+    structure = _structure(nnet)
     entry = _MEMO.get(ident)
     if entry is None or entry[0]() is not nnet or not _same(entry[1], structure):
         try:
@@ -70,6 +86,8 @@ def nnet_memo(nnet: "Nnet", key: str, make: Callable[["Nnet"], Any]) -> Any:
             return make(nnet)
         entry = _MEMO[ident] = (ref, structure, {})
     values = entry[2]
+    if block is not None:
+        block[("nnet_memo", ident)] = (nnet, values)
     if key not in values:
         values[key] = make(nnet)
     return values[key]

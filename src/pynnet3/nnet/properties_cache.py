@@ -14,7 +14,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Iterator
 
-__all__ = ["component_properties", "component_properties_cached", "nnet_component_properties"]
+__all__ = ["component_properties", "component_properties_cached", "nnet_component_properties",
+           "block_memo"]
 
 # id(component) -> (component, flags), and ("nnet", id(nnet)) -> (nnet, flags
 # of all its components); the objects are kept so that their ids cannot be
@@ -58,3 +59,11 @@ def nnet_component_properties(nnet: Any) -> list[int]:
     if hit is None or hit[0] is not nnet:
         hit = cache[key] = (nnet, [component_properties(c) for c in nnet.components])
     return hit[1]
+
+
+def block_memo() -> dict[Any, tuple[Any, Any]] | None:
+    """The dictionary that lives as long as the current
+    :func:`component_properties_cached` block (one compilation), or None
+    outside one.  Keys are tuples starting with a string naming the user;
+    values keep the objects their keys name by id (see ``_CACHE``)."""
+    return _CACHE.get()

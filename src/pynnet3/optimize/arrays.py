@@ -14,7 +14,7 @@ their original record, the others get a new one.
 from __future__ import annotations
 
 from itertools import chain
-from operator import attrgetter
+from operator import attrgetter, is_
 from typing import Iterable
 
 import numpy as np
@@ -92,7 +92,7 @@ class ComputationArrays:
 
     __slots__ = ("table", "origin", "sub", "sub_origin", "alpha", "sizes", "matrices",
                  "matrix_debug_info", "indexes", "indexes_multi", "indexes_ranges",
-                 "tables_distinct", "final_analysis",
+                 "tables_distinct", "final_analysis", "variables_hint",
                  "_commands", "_orig_table", "_submatrices", "_orig_sub")
 
     def __init__(self, computation: NnetComputation) -> None:
@@ -121,6 +121,17 @@ class ComputationArrays:
         # What variable merging leaves for the pipeline: the analysis of the
         # state it ended in (see variable_merging_optimization).
         self.final_analysis: object = None
+        # (submatrix table, sizes, ComputationVariables of them): the
+        # variables the computation's analysis made already, if they are of
+        # its present submatrices and matrix sizes; the first round of
+        # variable merging reuses them while the tables still match.
+        self.variables_hint: tuple | None = None
+        memo = computation.__dict__.get(_VARIABLES_MEMO)
+        if memo is not None:
+            old_subs, old_sizes, variables = memo
+            if (len(old_subs) == len(submatrices) and all(map(is_, old_subs, submatrices))
+                    and old_sizes == [(mi.num_rows, mi.num_cols) for mi in m]):
+                self.variables_hint = (self._orig_sub, self.sizes.copy(), variables)
 
     # -- sizes ---------------------------------------------------------------------
     @property
@@ -211,6 +222,8 @@ class ComputationArrays:
 # the memo is not kept that way, write_back leaves it alone.
 _COMMAND_MEMO = "_command_table_memo"
 _SUBMATRIX_MEMO = "_submatrix_table_memo"
+# (what optimize.variables.variables_of keeps on a computation)
+_VARIABLES_MEMO = "_variables_memo"
 
 
 def _memo_layout_ok() -> bool:
@@ -249,7 +262,7 @@ def share_table_memos(source: NnetComputation, target: NnetComputation) -> None:
     remembered table against the records before using it."""
     if not _MEMO_OK:
         return
-    for attr in (_COMMAND_MEMO, _SUBMATRIX_MEMO):
+    for attr in (_COMMAND_MEMO, _SUBMATRIX_MEMO, _VARIABLES_MEMO):
         memo = source.__dict__.get(attr)
         if memo is not None:
             target.__dict__[attr] = memo

@@ -89,7 +89,19 @@ class ComputationChecker:
         self.config = config
         self.nnet = nnet
         self.computation = computation
-        self.analyzer = Analyzer()
+        self._analyzer: Analyzer | None = None
+
+    # (Made empty only if read before the analysis is set: an empty Analyzer
+    # costs a few microseconds, paid on every compile otherwise.)
+    @property
+    def analyzer(self) -> Analyzer:
+        if self._analyzer is None:
+            self._analyzer = Analyzer()
+        return self._analyzer
+
+    @analyzer.setter
+    def analyzer(self, value: Analyzer) -> None:
+        self._analyzer = value
 
     def check(self) -> None:
         self.check_computation_indexes()

@@ -63,7 +63,19 @@ class MemoryCompressionOptimizer:
         self.middle_command = middle_command
         self.computation = computation
         self.compress_info: list[MatrixCompressInfo] = []
-        self.analyzer = Analyzer()
+        self._analyzer: Analyzer | None = None
+
+    # (Made empty only if read before the analysis is set: an empty Analyzer
+    # costs a few microseconds, paid on every compile otherwise.)
+    @property
+    def analyzer(self) -> Analyzer:
+        if self._analyzer is None:
+            self._analyzer = Analyzer()
+        return self._analyzer
+
+    @analyzer.setter
+    def analyzer(self, value: Analyzer) -> None:
+        self._analyzer = value
 
     def optimize(self) -> None:
         self.analyzer = analyzer_of(self.nnet, self.computation)

@@ -99,8 +99,14 @@ class _RoundAnalysis:
         n = len(table)
         self.num_commands = n
         sizes = st.sizes
-        variables = ComputationVariables()
-        variables.init_from_tables(st.sub, sizes)
+        hint = st.variables_hint
+        if (hint is not None and np.array_equal(hint[0], st.sub)
+                and np.array_equal(hint[1], sizes)):
+            # (The analysis before the passes made them of these very tables.)
+            variables = hint[2]
+        else:
+            variables = ComputationVariables()
+            variables.init_from_tables(st.sub, sizes)
         self.variables = variables
         num_matrices = len(sizes)
         cmd, sub, flag, side_effects = access_records_from_table(

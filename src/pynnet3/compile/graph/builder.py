@@ -76,6 +76,38 @@ def _wrap32(v: int) -> int:
     return (v - INT32_MIN) % (2 ** 32) + INT32_MIN
 
 
+def _node_tables(nnet: "Nnet", fast: bool) -> tuple:
+    """The builder's per-node tables (see ComputationGraphBuilder.__init__)."""
+    num_nodes = nnet.num_nodes()
+    kind = [_KIND[node.node_type] for node in nnet.nodes]
+    is_output = [nnet.is_output_node(n) for n in range(num_nodes)]
+    descriptor = [node.descriptor for node in nnet.nodes]
+    component: list[Component | None] = [
+        nnet.component_for_node(n) if kind[n] == _COMPONENT else None
+        for n in range(num_nodes)]
+    simple_component = [
+        c is not None and uses_default_hooks(c) for c in component]
+    dim_range_src = [node.node_index for node in nnet.nodes]
+    # all_required[n]: cindexes of node n are computable exactly when all
+    # their dependencies are (simple components, dim-range nodes and
+    # descriptors without IfDefined/Failover); offsets[n]: their
+    # dependencies as (node, dn, dt, dx) offsets, when that is possible.
+    all_required = [False] * num_nodes
+    offsets: list[list | None] = [None] * num_nodes
+    for n in range(num_nodes if fast else 0):
+        node_kind = kind[n]
+        if node_kind == _DESCRIPTOR:
+            all_required[n], offsets[n] = analyse_descriptor(descriptor[n])
+        elif node_kind == _COMPONENT and simple_component[n]:
+            all_required[n] = True
+            offsets[n] = [(n - 1, 0, 0, 0)]
+        elif node_kind == _DIM_RANGE:
+            all_required[n] = True
+            offsets[n] = [(dim_range_src[n], 0, 0, 0)]
+    return (kind, is_output, descriptor, component, simple_component, dim_range_src,
+            all_required, offsets)
+
+
 class ComputationGraphBuilder:
     """Builds a ComputationGraph for a ComputationRequest (see module docstring).
 
@@ -120,34 +152,12 @@ class ComputationGraphBuilder:
         self._jit_plan: JitPlan | None | bool = None
         self._jit: JitGraph | None = None
         self._recurrent: bool | None = None
-        # Per-node tables for the inner loops.
-        num_nodes = nnet.num_nodes()
-        self._kind = [_KIND[node.node_type] for node in nnet.nodes]
-        self._is_output = [nnet.is_output_node(n) for n in range(num_nodes)]
-        self._descriptor = [node.descriptor for node in nnet.nodes]
-        self._component: list[Component | None] = [
-            nnet.component_for_node(n) if self._kind[n] == _COMPONENT else None
-            for n in range(num_nodes)]
-        self._simple_component = [
-            c is not None and uses_default_hooks(c) for c in self._component]
-        self._dim_range_src = [node.node_index for node in nnet.nodes]
-        # _all_required[n]: cindexes of node n are computable exactly when all
-        # their dependencies are (simple components, dim-range nodes and
-        # descriptors without IfDefined/Failover); _offsets[n]: their
-        # dependencies as (node, dn, dt, dx) offsets, when that is possible.
-        self._all_required = [False] * num_nodes
-        self._offsets: list[list | None] = [None] * num_nodes
-        for n in range(num_nodes if fast else 0):
-            kind = self._kind[n]
-            if kind == _DESCRIPTOR:
-                self._all_required[n], self._offsets[n] = analyse_descriptor(
-                    self._descriptor[n])
-            elif kind == _COMPONENT and self._simple_component[n]:
-                self._all_required[n] = True
-                self._offsets[n] = [(n - 1, 0, 0, 0)]
-            elif kind == _DIM_RANGE:
-                self._all_required[n] = True
-                self._offsets[n] = [(self._dim_range_src[n], 0, 0, 0)]
+        # Per-node tables for the inner loops (of the network's structure
+        # alone: made once per network, see nnet_memo; never changed).
+        (self._kind, self._is_output, self._descriptor, self._component,
+         self._simple_component, self._dim_range_src, self._all_required,
+         self._offsets) = nnet_memo(nnet, "builder_tables_fast" if fast else "builder_tables",
+                                    lambda n: _node_tables(n, fast))
 
     # -- per-cindex state (Kaldi's CindexInfo, one list per field) -------------------
     def _state_lists(self) -> None:
