@@ -132,6 +132,24 @@ _P_UPDATABLE = int(Prop.UPDATABLE)
 _ACCESS_FLAG = {ArgAccess.READ: _R, ArgAccess.WRITE: _W, ArgAccess.READ_WRITE: _RW}
 
 
+def _merge_records_in_dict(item: Sequence[int], cmd: Sequence[int], flag: Sequence[int],
+                           num_items: int) -> tuple[list[int], list[int], list[int]]:
+    """_merge_records for few records, as Python lists: the (item, command)
+    pairs in sorted order with their access flags or-ed together, as
+    (commands, access types, per-item offsets into them)."""
+    merged: dict[tuple[int, int], int] = {}
+    get = merged.get
+    for key, f in zip(zip(item, cmd), flag):
+        merged[key] = get(key, 0) | f
+    keys = sorted(merged)
+    offsets = [0] * (num_items + 1)
+    for i, _ in keys:
+        offsets[i + 1] += 1
+    for i in range(num_items):
+        offsets[i + 1] += offsets[i]
+    return [k[1] for k in keys], [merged[k] - 1 for k in keys], offsets
+
+
 def _rule(t: CommandType, access: ArgAccess) -> str:
     """The rule that decides an access the command spec leaves to the data:
     W, or RW when the component adds / when some row has no source."""
@@ -801,18 +819,7 @@ class VariableAccessTable:
     def _init_lists(self, num_variables: int, var: list[int], cmd: list[int],
                     flag: list[int]) -> None:
         """The same arrays by merging in a dict (few records)."""
-        merged: dict[tuple[int, int], int] = {}
-        get = merged.get
-        for key, f in zip(zip(var, cmd), flag):
-            merged[key] = get(key, 0) | f
-        keys = sorted(merged)
-        offsets = [0] * (num_variables + 1)
-        for v, _ in keys:
-            offsets[v + 1] += 1
-        for v in range(num_variables):
-            offsets[v + 1] += offsets[v]
-        commands = [k[1] for k in keys]
-        types = [merged[k] - 1 for k in keys]
+        commands, types, offsets = _merge_records_in_dict(var, cmd, flag, num_variables)
         i64 = np.int64
         self.commands = np.array(commands, dtype=i64)
         self.types = np.array(types, dtype=i64)
@@ -910,18 +917,8 @@ def _matrix_accesses_lists(a: _AccessArrays, num_matrices: int,
                            lifetimes: tuple[list[int], list[int], list[bool], list[bool]]
                            ) -> "MatrixAccessesList":
     """compute_matrix_accesses' result for few records (merged in a dict)."""
-    merged: dict[tuple[int, int], int] = {}
-    get = merged.get
-    for key, f in zip(zip(a.item.tolist(), a.cmd.tolist()), a.flag.tolist()):
-        merged[key] = get(key, 0) | f
-    keys = sorted(merged)
-    bounds = [0] * (num_matrices + 1)
-    for m, _ in keys:
-        bounds[m + 1] += 1
-    for m in range(num_matrices):
-        bounds[m + 1] += bounds[m]
-    cmds = [k[1] for k in keys]
-    types = [merged[k] - 1 for k in keys]
+    cmds, types, bounds = _merge_records_in_dict(a.item.tolist(), a.cmd.tolist(),
+                                                 a.flag.tolist(), num_matrices)
     i64 = np.int64
     ans = MatrixAccessesList(np.array(cmds, dtype=i64), np.array(types, dtype=i64),
                              np.array(bounds, dtype=i64), *lifetimes)

@@ -31,7 +31,7 @@ from ..errors import ComputationCheckError
 from ..nnet.properties_cache import component_properties_cached
 from .. import fast_paths
 from .accesses import MatrixAccessesList, command_error
-from .analysis import Analyzer, analyzer_of
+from .analysis import Analyzer, LazyAnalyzer, analyzer_of
 from .arrays import type_mask, unique_ints
 from .check_indexes import IndexChecker
 from .variables import AccessType
@@ -89,19 +89,8 @@ class ComputationChecker:
         self.config = config
         self.nnet = nnet
         self.computation = computation
-        self._analyzer: Analyzer | None = None
 
-    # (Made empty only if read before the analysis is set: an empty Analyzer
-    # costs a few microseconds, paid on every compile otherwise.)
-    @property
-    def analyzer(self) -> Analyzer:
-        if self._analyzer is None:
-            self._analyzer = Analyzer()
-        return self._analyzer
-
-    @analyzer.setter
-    def analyzer(self, value: Analyzer) -> None:
-        self._analyzer = value
+    analyzer = LazyAnalyzer()
 
     def check(self) -> None:
         self.check_computation_indexes()

@@ -25,7 +25,7 @@ import numpy as np
 from ..compile.computation import Command, CommandType, CompressedMatrixType, NnetComputation
 from .. import log
 from .accesses import MatrixAccessesList
-from .analysis import Analyzer, analyzer_of, get_max_memory_use
+from .analysis import LazyAnalyzer, analyzer_of, get_max_memory_use
 from .variables import AccessType
 from .renumber import insert_commands, whole_submatrices
 
@@ -63,19 +63,8 @@ class MemoryCompressionOptimizer:
         self.middle_command = middle_command
         self.computation = computation
         self.compress_info: list[MatrixCompressInfo] = []
-        self._analyzer: Analyzer | None = None
 
-    # (Made empty only if read before the analysis is set: an empty Analyzer
-    # costs a few microseconds, paid on every compile otherwise.)
-    @property
-    def analyzer(self) -> Analyzer:
-        if self._analyzer is None:
-            self._analyzer = Analyzer()
-        return self._analyzer
-
-    @analyzer.setter
-    def analyzer(self, value: Analyzer) -> None:
-        self._analyzer = value
+    analyzer = LazyAnalyzer()
 
     def optimize(self) -> None:
         self.analyzer = analyzer_of(self.nnet, self.computation)
