@@ -9,6 +9,7 @@ import sys
 
 import numpy as np
 
+from pynnet3.arraytools import sorted_unique
 from pynnet3.io.hashing import sha1, sha256
 from pynnet3.nnet.components.tdnn_indexes import _sorted_distinct
 
@@ -28,6 +29,41 @@ def test_sorted_distinct_matches_unique() -> None:
     for size in (0, 1, 513, 5000):
         values = rng.integers(-50, 50, size=size).astype(np.int64)
         assert np.array_equal(_sorted_distinct(values), np.unique(values))
+
+
+def test_sorted_unique_matches_unique() -> None:
+    rng = np.random.default_rng(2)
+    for size in (0, 1, 2, 7, 1000):
+        for dtype in (np.int32, np.int64):
+            values = rng.integers(-20, 20, size=size).astype(dtype)
+            got = sorted_unique(values)
+            assert got.dtype == dtype
+            assert np.array_equal(got, np.unique(values))
+    grid = rng.integers(0, 5, size=(6, 7))
+    assert np.array_equal(sorted_unique(grid), np.unique(grid))      # flattened, as np.unique
+
+
+def test_small_compile_leaves_numpy_ma_out() -> None:
+    """A small request (no Numba) compiles without importing numpy.ma, which
+    NumPy 2's np.unique imports on its first call."""
+    code = """
+import sys
+from pynnet3.nnet.nnet import Nnet
+from pynnet3.compile.request_io import build_request
+from pynnet3.cache import CachingCompiler
+nnet = Nnet()
+nnet.read_config(
+    "input-node name=input dim=4\\n"
+    "component name=a type=AffineComponent input-dim=12 output-dim=3\\n"
+    "component-node name=a component=a input=Append(Offset(input,-1),input,Offset(input,1))\\n"
+    "output-node name=output input=a\\n")
+comp = CachingCompiler(nnet, use_disk=False).compile(build_request(nnet, frames_per_chunk=8))
+assert comp.commands
+print([m for m in ("numpy.ma", "numba") if m in sys.modules])
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[]", p.stdout
 
 
 HEAVY = ("_hashlib", "numpy.random", "numpy.ma", "socket", "scipy", "numba", "matplotlib",

@@ -3,7 +3,7 @@ and no module is named like a sibling plus a digit.
 
 Layers, bottom to top (see docs/layout.md):
 
-    base (errors, log, fast_paths, blas, std_order, numba_cache, threads, io/) < nnet < compile
+    base (errors, log, fast_paths, blas, std_order, numba_cache, threads, arraytools, io/) < nnet < compile
     < optimize < cache < compute < train < cli < dispatch
 
 ``pynnet3.testing`` (helpers for the tests) sits above all of them and nothing
@@ -23,7 +23,7 @@ import pytest
 
 PKG_DIR = Path(__file__).resolve().parents[1] / "src" / "pynnet3"
 LAYERS = ["base", "nnet", "compile", "optimize", "cache", "compute", "train", "export", "cli", "dispatch", "testing"]
-BASE = {"__init__", "errors", "log", "fast_paths", "blas", "std_order", "numba_cache", "io"}
+BASE = {"__init__", "errors", "log", "fast_paths", "blas", "std_order", "numba_cache", "io", "arraytools"}
 
 BASE.add("threads")        # pynnet3.threads: the process's thread budget
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from ..arraytools import sorted_unique
 from .. import fast_paths
 from ..errors import PynnetError
 from ..log import verbose_level, vlog
@@ -214,7 +215,7 @@ class Compiler:
             return set()
         first = np.repeat(starts - (np.cumsum(lens) - lens), lens)
         flat = arrays.dep_flat[first + np.arange(total, dtype=np.int64)]
-        return set(np.unique(self.loc_step[flat]).tolist())
+        return set(sorted_unique(self.loc_step[flat]).tolist())
 
     def _all_step_dependencies(self, steps: Sequence[Sequence[int]]) -> list[list[int]]:
         """compute_step_dependencies() of every step at once, ignoring that
@@ -230,7 +231,7 @@ class Compiler:
         dep_step = self.loc_step[arrays.dep_flat[first + np.arange(total, dtype=np.int64)]]
         src_step = np.repeat(np.repeat(np.arange(len(steps), dtype=np.int64), sizes), lens)
         # Distinct (step, dependency step) pairs, sorted.
-        keys = np.unique(src_step * (len(steps) + 1) + (dep_step + 1))
+        keys = sorted_unique(src_step * (len(steps) + 1) + (dep_step + 1))
         src, dep = np.divmod(keys, len(steps) + 1)
         bounds = np.searchsorted(src, np.arange(len(steps) + 1)).tolist()
         dep_list = (dep - 1).tolist()

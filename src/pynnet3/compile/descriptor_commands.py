@@ -19,6 +19,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..arraytools import sorted_unique
 from ..errors import PynnetError
 from ..nnet import descriptor as d
 from ..nnet.index import K_NO_TIME, Index
@@ -530,7 +531,7 @@ def compile_backward_from_indexes(computation: NnetComputation, deriv_submatrix:
     if input_num_rows >= num_rows:
         valid = indexes >= 0
         used = indexes[valid]
-        if np.unique(used).shape[0] == used.shape[0]:
+        if sorted_unique(used).shape[0] == used.shape[0]:
             reverse = np.full(input_num_rows, -1, dtype=np.int32)
             reverse[used] = np.nonzero(valid)[0]
             k = computation.add_indexes(reverse)
@@ -565,7 +566,7 @@ def compile_backward_from_submat_locations(computation: NnetComputation, deriv_s
     valid = submat_locations[:, 0] != -1
     keys = submat_locations[valid].astype(np.int64)
     keys = keys[:, 0] * (1 << 32) + keys[:, 1]
-    if np.unique(keys).shape[0] != keys.shape[0]:
+    if sorted_unique(keys).shape[0] != keys.shape[0]:
         raise PynnetError("backprop through this descriptor is not supported "
                           "(repeated rows from several matrices)")
     k = computation.add_indexes_multi(submat_locations)

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from ..arraytools import sorted_unique
 from ..std_order import iteration_order
 from ..errors import PynnetError
 from ..nnet.components.base import Prop
@@ -545,7 +546,7 @@ class ComputationStepsComputer:
             self._add_step(step)
             return
         _, flat = _dependencies_of(self._arrays, step)
-        input_ids = self._sorted(np.unique(flat))
+        input_ids = self._sorted(sorted_unique(flat))
         if not props & _P_REORDERS_INDEXES:
             self._add_step(input_ids)
             self._add_step(step)

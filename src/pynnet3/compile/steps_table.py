@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..arraytools import sorted_unique
 from ..errors import PynnetError
 from ..nnet.index import K_NO_TIME
 from .graph.computation_graph import GraphArrays
@@ -37,7 +38,7 @@ class _Column:
         if allow_offset and hi - self.lo < (1 << 22):
             self.size = hi - self.lo + 2
         else:
-            self.uniq = np.unique(real)
+            self.uniq = sorted_unique(real)
             self.size = len(self.uniq) + 1
 
     def encode(self, values: np.ndarray,

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import numpy as np
 
+from ..arraytools import sorted_unique
 from .. import log
 from ..compile.computation import COMMAND_SPECS, Command, CommandType, NnetComputation
 from ..compile.precomputed_indexes import compute_precomputed_indexes
@@ -482,7 +483,7 @@ class NnetComputer:
         cached = self._multi.get(k)
         if cached is None:
             pairs = self.computation.indexes_multi[k]
-            subs = np.unique(pairs[:, 0][pairs[:, 0] >= 0])
+            subs = sorted_unique(pairs[:, 0][pairs[:, 0] >= 0])
             table = np.full(pairs.shape, -1, dtype=np.int32)
             valid = pairs[:, 0] >= 0
             table[valid, 0] = np.searchsorted(subs, pairs[valid, 0])

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ..arraytools import sorted_unique
 from ..errors import PynnetError
 from .ir import Program
 
@@ -212,7 +213,7 @@ class TraceBackend:
             targets = p[sel, 1]
             n = arr.shape[0]
             if add:
-                if np.unique(targets).size != targets.size:
+                if sorted_unique(targets).size != targets.size:
                     # two source rows to one row: a 0/1 matrix sums them
                     m = np.zeros((n, n_src), np.float32)
                     np.add.at(m, (targets, sel), 1.0)

@@ -19,6 +19,7 @@ from typing import Iterable
 
 import numpy as np
 
+from ..arraytools import sorted_unique
 from ..compile.computation import (Command, CommandType, MatrixDebugInfo, MatrixInfo,
                                    NnetComputation, SubMatrixInfo)
 from ..nnet.index_lists import slotted_maker
@@ -44,10 +45,7 @@ def unique_ints(a: np.ndarray) -> np.ndarray:
     """``np.unique`` of a 1-d integer array (sorted, distinct) by sorting:
     NumPy 2's ``unique`` hashes, which costs several times more on the
     arrays of a few thousand entries the analysis works with."""
-    s = np.sort(a)
-    if len(s) > 1:
-        s = s[np.concatenate(([True], s[1:] != s[:-1]))]
-    return s
+    return sorted_unique(a)
 
 
 def type_mask(types: Iterable[int]) -> np.ndarray:

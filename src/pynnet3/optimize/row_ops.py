@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..arraytools import sorted_unique
 from ..compile.computation import Command, CommandType, NnetComputation
 from ..errors import PynnetError
 from .arrays import rows_with_type, type_mask, unique_ints
@@ -371,7 +372,7 @@ class RowOpsSplitter:
             return False
         if t is T.ADD_TO_ROWS_MULTI and any(
                 b.second_value_offsets is not None
-                and len(np.unique(b.second_value_offsets)) != b.size for b in blocks):
+                and len(sorted_unique(b.second_value_offsets)) != b.size for b in blocks):
             # A destination row named twice cannot be inverted into an
             # AddRows table.  (Kaldi asserts here -- with a test that can never
             # pass, so in Kaldi no non-consecutive AddToRowsMulti is split at

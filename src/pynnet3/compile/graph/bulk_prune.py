@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ...arraytools import sorted_unique
 from ...nnet.index import Index
 from .bulk import (KIND_INPUT, KIND_RANGE, KIND_TERMS, BulkGraph, BulkPlan, Fallback, NodeSets,
                    hook_is_computable)
@@ -89,7 +90,7 @@ def prune_bulk(plan: BulkPlan, bulk: BulkGraph, misc_info: Any) -> GraphArrays |
         e_dep = bulk.index.lookup(e_node, *e_cols)
         if (e_dep < 0).any():
             return None
-        combined = np.unique(e_parent * num + e_dep)
+        combined = sorted_unique(e_parent * num + e_dep)
         new_parent, new_dep = combined // num, combined % num
         # Used inputs must be among the dependencies.
         old = np.repeat(sel, offsets[sel + 1] - offsets[sel]) * num + flat[_csr_rows(offsets, sel)]

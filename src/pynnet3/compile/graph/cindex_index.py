@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...arraytools import sorted_unique
+
 _I64 = np.int64
 _TWO32 = 2 ** 32
 # A dense table this big (int32 entries) is always fine; beyond it, only if
@@ -49,7 +51,7 @@ class CindexIndex:
         if num and (vals[np.minimum(pos, num - 1)] == pair).all():
             return self._pair_codes[pos]
         known = (vals[np.minimum(pos, num - 1)] == pair) if num else np.zeros(len(pair), bool)
-        new = np.unique(pair[~known])
+        new = sorted_unique(pair[~known])
         vals = np.concatenate([vals, new])
         codes = np.concatenate([self._pair_codes, np.arange(num, num + len(new), dtype=_I64)])
         order = np.argsort(vals)
@@ -87,7 +89,7 @@ class CindexIndex:
         self._ids = [None] * self.num_nodes
         for node, n, t, x, ids in self._all_rows():
             keys = t * _TWO32 + self._codes(n, x)
-            for nd in np.unique(node).tolist():
+            for nd in sorted_unique(node).tolist():
                 sel = node == nd
                 self._insert_sorted(nd, keys[sel], ids[sel])
 
@@ -164,7 +166,7 @@ class CindexIndex:
         keys = t * _TWO32 + codes
         ids = np.empty(len(keys), dtype=_I64)
         parts = []
-        for nd in np.unique(node).tolist():
+        for nd in sorted_unique(node).tolist():
             sel = np.flatnonzero(node == nd)
             table = self._keys[nd]
             if table is None or not len(table):
@@ -212,7 +214,7 @@ class CindexIndex:
             return np.where(inside, self._grid[keys], -1).astype(_I64)
         keys = t * _TWO32 + codes
         ids = np.full(len(keys), -1, dtype=_I64)
-        for nd in np.unique(node).tolist():
+        for nd in sorted_unique(node).tolist():
             table = self._keys[nd]
             if table is None or not len(table):
                 continue

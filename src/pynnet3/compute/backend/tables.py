@@ -21,6 +21,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ...arraytools import sorted_unique
+
 
 class RowGroup(NamedTuple):
     array: int                  # position in the ``arrays`` list
@@ -52,7 +54,7 @@ def make_multi_plan(pairs: np.ndarray) -> MultiPlan:
         for v, b, e in zip(values.tolist(), firsts.tolist(), ends.tolist()):
             positions = np.ascontiguousarray(order[start + b:start + e])
             rows = np.ascontiguousarray(pairs[positions, 1])
-            dup = bool(np.unique(rows).shape[0] != rows.shape[0])
+            dup = bool(sorted_unique(rows).shape[0] != rows.shape[0])
             groups.append(RowGroup(int(v), positions, rows, dup, int(rows.max())))
     return MultiPlan(groups, none_positions)
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ...arraytools import sorted_unique
 from ..index import K_NO_TIME, Index, index_columns, indexes_from_columns
 
 @dataclass
@@ -51,13 +52,13 @@ def _nx_from_keys(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def get_nx_list(indexes: list) -> list[tuple[int, int]]:
     """Sorted distinct (n, x) pairs (blank indexes included, as in Kaldi)."""
-    n, x = _nx_from_keys(np.unique(_nx_keys(index_columns(indexes))))
+    n, x = _nx_from_keys(sorted_unique(_nx_keys(index_columns(indexes))))
     return list(zip(n.tolist(), x.tolist()))
 
 
 def _t_values(columns: np.ndarray) -> np.ndarray:
     t = columns[:, 1]
-    return np.unique(t[t != K_NO_TIME])
+    return sorted_unique(t[t != K_NO_TIME])
 
 
 def get_t_list(indexes: list) -> list[int]:
@@ -132,7 +133,7 @@ def _computation_io(in_cols: np.ndarray, out_cols: np.ndarray,
                     in_keys: np.ndarray | None = None) -> tuple[ComputationIo, np.ndarray]:
     """The ComputationIo and the sorted distinct (n, x) keys of the input
     (``in_keys``: the input's (n, x) keys, if already made)."""
-    nx = np.unique(_nx_keys(in_cols) if in_keys is None else in_keys)
+    nx = sorted_unique(_nx_keys(in_cols) if in_keys is None else in_keys)
     if nx.size == 0:
         raise ValueError("empty input indexes")
     io = ComputationIo(num_images=int(nx.size))
@@ -210,15 +211,7 @@ def _sorted_distinct(values: np.ndarray) -> np.ndarray:
     # for the few hundred values of a tiling's base.)
     if values.size <= 512:
         return np.array(sorted(set(values.tolist())), dtype=np.int64)
-    # (sort + neighbour test: what np.unique does for a 1-d array, without
-    # its import of numpy.ma, 1.3 MB that nnet3-compute has no other use for)
-    s = np.sort(values, axis=None)
-    if s.size == 0:
-        return s
-    keep = np.empty(s.size, dtype=bool)
-    keep[0] = True
-    np.not_equal(s[1:], s[:-1], out=keep[1:])
-    return s[keep]
+    return sorted_unique(values)
 
 
 def _distinct_nx_and_t(indexes: list) -> tuple[np.ndarray, np.ndarray]:
@@ -233,7 +226,7 @@ def _distinct_nx_and_t(indexes: list) -> tuple[np.ndarray, np.ndarray]:
         nx = (base_nx[None, :] + shifts[:, None]).ravel()
         if tiling.num_n > 1 and base_nx.size > 1 and \
                 base_nx[-1] // _NX_SHIFT - base_nx[0] // _NX_SHIFT > 0:
-            nx = np.unique(nx)      # (base n values not all equal: copies interleave)
+            nx = sorted_unique(nx)      # (base n values not all equal: copies interleave)
     t = cols[:, 1]
     t = _sorted_distinct(t[t != K_NO_TIME])
     nx.flags.writeable = False
@@ -303,7 +296,7 @@ def _indexes_for_computation_columns(io: ComputationIo, nx: np.ndarray, in_cols:
 def get_indexes_for_computation(io: ComputationIo, orig_input: list,
                                 orig_output: list) -> tuple[list[Index], list[Index]]:
     in_cols, out_cols = index_columns(orig_input), index_columns(orig_output)
-    nx = np.unique(_nx_keys(in_cols))
+    nx = sorted_unique(_nx_keys(in_cols))
     new_in, new_out = _indexes_for_computation_columns(io, nx, in_cols, out_cols)
     return indexes_from_columns(new_in), indexes_from_columns(new_out)
 

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ...arraytools import sorted_unique
 from ...errors import FormatError
 
 FST_MAGIC = 2125659606
@@ -210,7 +211,7 @@ def compute_properties(fst: Fst, binary_props: int = kExpanded) -> int:
         cyclic = bool(np.any(src == dst))
         if not cyclic and fst.num_arcs and not np.all(dst > src):
             scc = _scc(fst)
-            cyclic = np.unique(scc).shape[0] < n
+            cyclic = sorted_unique(scc).shape[0] < n
         if cyclic:
             props = (props | kCyclic) & ~kAcyclic
             if scc is None:
@@ -282,7 +283,7 @@ def compute_properties(fst: Fst, binary_props: int = kExpanded) -> int:
 
 def _has_duplicates(src: np.ndarray, labels: np.ndarray) -> bool:
     key = src.astype(np.int64) * (1 << 32) + labels.astype(np.int64)
-    return np.unique(key).shape[0] < key.shape[0]
+    return sorted_unique(key).shape[0] < key.shape[0]
 
 
 def properties_to_write(fst: Fst, binary_props: int) -> int:

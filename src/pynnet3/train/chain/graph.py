@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...arraytools import sorted_unique
 from ...errors import PynnetError
 from ...nnet.transition_model import K_NO_PDF, TransitionModel
 from ...nnet.tree import ContextDependency
@@ -149,7 +150,7 @@ def add_self_loops_reorder(fst: Fst, tm: TransitionModel, self_loop_scale: float
         raise PynnetError("AddSelfLoops: label out of range of transition-ids")
     id2state = np.asarray(tm.id2state)
     cls = np.where(labels > 0, id2state[np.clip(labels, 0, None)], 0)
-    for tid in np.unique(labels[labels > 0]):
+    for tid in sorted_unique(labels[labels > 0]):
         if tm.is_self_loop(int(tid)):
             raise PynnetError("AddSelfLoops: FST already has self-loops")
     n = fst.num_states
