@@ -40,6 +40,8 @@ from .. import log
 from ..errors import ConfigError, PynnetError
 from ..nnet.index import Index
 from .computer import NnetComputeOptions, NnetComputer
+from .utterance_options import (apply_exp_option, ivectors_option, online_ivector_period_option,
+                                online_ivectors_option, use_priors_option, utt2spk_option)
 
 if TYPE_CHECKING:
     from ..compile.computation import NnetComputation
@@ -416,24 +418,12 @@ class Nnet3ComputeLoopedConfig:
 
     opts: NnetSimpleLoopedComputationOptions = field(
         default_factory=lambda: NnetSimpleLoopedComputationOptions(acoustic_scale=1.0))
-    ivector_rspecifier: str = field(default="", metadata={
-        "flag": "ivectors", "help": "Rspecifier for iVectors as vectors (i.e. not estimated "
-        "online); per utterance by default, or per speaker if you provide the --utt2spk "
-        "option."})
-    utt2spk_rspecifier: str = field(default="", metadata={
-        "flag": "utt2spk", "help": "Rspecifier for utt2spk option used to get ivectors per "
-        "speaker"})
-    online_ivector_rspecifier: str = field(default="", metadata={
-        "flag": "online-ivectors", "help": "Rspecifier for iVectors estimated online, as "
-        "matrices.  If you supply this, you must set the --online-ivector-period option."})
-    online_ivector_period: int = field(default=0, metadata={
-        "flag": "online-ivector-period", "help": "Number of frames between iVectors in "
-        "matrices supplied to the --online-ivectors option"})
-    apply_exp: bool = field(default=False, metadata={
-        "flag": "apply-exp", "help": "If true, apply exp function to output"})
-    use_priors: bool = field(default=False, metadata={
-        "flag": "use-priors", "help": "If true, subtract the logs of the priors stored with "
-        "the model (in this case, a .mdl file is expected as input)."})
+    ivector_rspecifier: str = ivectors_option()
+    utt2spk_rspecifier: str = utt2spk_option()
+    online_ivector_rspecifier: str = online_ivectors_option()
+    online_ivector_period: int = online_ivector_period_option()
+    apply_exp: bool = apply_exp_option()
+    use_priors: bool = use_priors_option()
     backend: Any = "reference"
 
 

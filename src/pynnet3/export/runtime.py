@@ -20,6 +20,9 @@ import numpy as np
 from .. import log
 from ..compute.decodable import (NnetSimpleComputationOptions, chunk_window,
                                  online_ivector_row)
+from ..compute.utterance_options import (apply_exp_option, ivectors_option,
+                                         online_ivector_period_option, online_ivectors_option,
+                                         utt2spk_option)
 from ..errors import ConfigError, PynnetError
 from .exporter import Geometry, geometry_key
 
@@ -122,22 +125,12 @@ class OnnxNnet:
 
 @dataclass
 class ComputeOnnxConfig:
-    ivector_rspecifier: str = field(default="", metadata={
-        "flag": "ivectors", "help": "Rspecifier for iVectors as vectors (i.e. not estimated "
-        "online); per utterance by default, or per speaker if you provide the --utt2spk "
-        "option."})
-    utt2spk_rspecifier: str = field(default="", metadata={
-        "flag": "utt2spk", "help": "Rspecifier for utt2spk option used to get ivectors per "
-        "speaker"})
-    online_ivector_rspecifier: str = field(default="", metadata={
-        "flag": "online-ivectors", "help": "Rspecifier for iVectors estimated online, as "
-        "matrices.  If you supply this, you must set the --online-ivector-period option."})
-    online_ivector_period: int = field(default=0, metadata={
-        "flag": "online-ivector-period", "help": "Number of frames between iVectors in "
-        "matrices supplied to the --online-ivectors option (default: the value given to "
-        "nnet3-export-onnx)"})
-    apply_exp: bool = field(default=False, metadata={
-        "flag": "apply-exp", "help": "If true, apply exp function to output"})
+    ivector_rspecifier: str = ivectors_option()
+    utt2spk_rspecifier: str = utt2spk_option()
+    online_ivector_rspecifier: str = online_ivectors_option()
+    online_ivector_period: int = online_ivector_period_option(
+        " (default: the value given to nnet3-export-onnx)")
+    apply_exp: bool = apply_exp_option()
     num_threads: int = field(default=1, metadata={
         "flag": "num-threads", "help": "Number of onnxruntime intra-op threads (0: "
         "onnxruntime's default, all cores)"})
