@@ -10,7 +10,7 @@ from ..train.chain.trainer import NnetChainTrainingOptions
 from ..train.trainer import NnetTrainerOptions
 from .common import (bool_option, check_num_args, kaldi_command, options_from, register_options,
                      run)
-from .options import (apply_num_threads, build_compile_options,
+from .options import (BLAS_PRODUCTS_USE, apply_num_threads, build_compile_options,
                       compiler_and_computation_options, num_threads_option, use_gpu_option)
 
 USAGE = """Train nnet3+chain neural network parameters with backprop and stochastic
@@ -33,9 +33,6 @@ nnet3-train.  The output model is written atomically."""
 # minibatches' row operations are as fast there, and the Numba backend's
 # kernels cost start-up time to load).
 BLAS_THREADS = 1
-BLAS_USE = ("the matrix products run on that many BLAS threads (when neither it nor a thread "
-            "variable such as OPENBLAS_NUM_THREADS is set, one: faster for these products "
-            "where the cores are shared).")
 
 
 @kaldi_command(USAGE)
@@ -57,7 +54,7 @@ BLAS_USE = ("the matrix products run on that many BLAS threads (when neither it 
 @compiler_and_computation_options
 @register_options(ChainTrainingOptions)
 @register_options(NnetChainTrainingOptions, names=("apply_deriv_weights",))
-@num_threads_option(BLAS_USE)
+@num_threads_option(BLAS_PRODUCTS_USE)
 @click.argument("args", nargs=-1)
 def command(srand: int, binary: bool, use_gpu: str, cpu_backend: str, num_threads: int,
             args: tuple[str, ...], **kwargs: Any) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from .common import bool_option, check_num_args, kaldi_command, run
-from .options import apply_num_threads, disk_cache_options, num_threads_option, use_gpu_option
+from .options import (BLAS_PRODUCTS_USE, apply_num_threads, disk_cache_options,
+                      num_threads_option, use_gpu_option)
 
 USAGE = """Read input nnet training examples, and compute the output for each one.
 If --apply-exp=true, apply the Exp() function to the output before writing
@@ -26,8 +27,6 @@ See also: nnet3-compute"""
 # nnet3-train 8.3-11.0 s with one BLAS thread, 20-53 s with two;
 # nnet3-compute-prob 2.45 CPU seconds with one, 3.55 with two, no faster).
 BLAS_THREADS = 1
-BLAS_USE = ("the matrix products run on that many BLAS threads (when neither it nor a thread variable such as OPENBLAS_NUM_THREADS is set, one: "
-            "faster for these products where the cores are shared).")
 
 @kaldi_command(USAGE)
 @bool_option("--binary", True, "Write output in binary mode (as in Kaldi, the matrices-out "
@@ -39,7 +38,7 @@ BLAS_USE = ("the matrix products run on that many BLAS threads (when neither it 
                 "CUDA build with its default 'yes'), else the CPU (as Kaldi's CPU build, where "
                 "the option has no effect).")
 @disk_cache_options()
-@num_threads_option(BLAS_USE)
+@num_threads_option(BLAS_PRODUCTS_USE)
 @click.argument("args", nargs=-1)
 def command(binary: bool, apply_exp: bool, output_name: str, use_gpu: str | None,
             cache_dir: str, use_disk_cache: bool, num_threads: int,

@@ -8,7 +8,7 @@ import click
 from ..train.diagnostics import NnetComputeProbOptions
 from .common import (bool_option, check_num_args, kaldi_command, options_from, register_options,
                      run)
-from .options import (apply_num_threads, build_compile_options,
+from .options import (BLAS_PRODUCTS_USE, apply_num_threads, build_compile_options,
                       compiler_and_computation_options, num_threads_option)
 
 USAGE = """Computes and prints in logging messages the average log-prob per frame of
@@ -28,8 +28,6 @@ e.g.: nnet3-compute-prob 0.raw ark:valid.egs"""
 # nnet3-train 8.3-11.0 s with one BLAS thread, 20-53 s with two;
 # nnet3-compute-prob 2.45 CPU seconds with one, 3.55 with two, no faster).
 BLAS_THREADS = 1
-BLAS_USE = ("the matrix products run on that many BLAS threads (when neither it nor a thread variable such as OPENBLAS_NUM_THREADS is set, one: "
-            "faster for these products where the cores are shared).")
 
 @kaldi_command(USAGE)
 @bool_option("--batchnorm-test-mode", True, "If true, set test-mode to true on any "
@@ -40,7 +38,7 @@ BLAS_USE = ("the matrix products run on that many BLAS threads (when neither it 
              "using it (for efficiency).")
 @register_options(NnetComputeProbOptions)
 @compiler_and_computation_options
-@num_threads_option(BLAS_USE)
+@num_threads_option(BLAS_PRODUCTS_USE)
 @click.argument("args", nargs=-1)
 def command(batchnorm_test_mode: bool, dropout_test_mode: bool, collapse_model: bool,
             num_threads: int, args: tuple[str, ...], **kwargs: Any) -> None:

@@ -115,6 +115,12 @@ NUM_THREADS_SOURCES = ("0: the smallest of OMP_NUM_THREADS, OPENBLAS_NUM_THREADS
                        "available to the process.")
 
 
+# What the training and diagnostic binaries spend --num-threads on.
+BLAS_PRODUCTS_USE = ("the matrix products run on that many BLAS threads (when neither it nor a "
+                     "thread variable such as OPENBLAS_NUM_THREADS is set, one: faster for "
+                     "these products where the cores are shared).")
+
+
 def num_threads_option(use: str) -> Callable[[Callable], Callable]:
     """pynnet3's ``--num-threads`` (as ``num_threads``): the process's thread
     budget (:mod:`pynnet3.threads`); ``use`` says what this binary spends it

@@ -9,7 +9,7 @@ import click
 from ..train.trainer import NnetTrainerOptions
 from .common import (bool_option, check_num_args, kaldi_command, options_from, register_options,
                      run)
-from .options import (apply_num_threads, build_compile_options,
+from .options import (BLAS_PRODUCTS_USE, apply_num_threads, build_compile_options,
                       compiler_and_computation_options, num_threads_option, use_gpu_option)
 
 USAGE = """Train nnet3 neural network parameters with backprop and stochastic
@@ -44,8 +44,6 @@ line is shown on stderr when it is a terminal."""
 # nnet3-train 8.3-11.0 s with one BLAS thread, 20-53 s with two;
 # nnet3-compute-prob 2.45 CPU seconds with one, 3.55 with two, no faster).
 BLAS_THREADS = 1
-BLAS_USE = ("the matrix products run on that many BLAS threads (when neither it nor a thread variable such as OPENBLAS_NUM_THREADS is set, one: "
-            "faster for these products where the cores are shared).")
 
 @kaldi_command(USAGE)
 @click.option("--srand", type=int, default=0, show_default=True,
@@ -64,7 +62,7 @@ BLAS_USE = ("the matrix products run on that many BLAS threads (when neither it 
     "momentum", "l2_regularize_factor", "batchnorm_stats_scale", "backstitch_training_scale",
     "backstitch_training_interval", "read_cache", "write_cache", "binary_write_cache"))
 @compiler_and_computation_options
-@num_threads_option(BLAS_USE)
+@num_threads_option(BLAS_PRODUCTS_USE)
 @click.argument("args", nargs=-1)
 def command(srand: int, binary: bool, use_gpu: str, cpu_backend: str, num_threads: int,
             args: tuple[str, ...],
