@@ -219,13 +219,19 @@ def test_batchnorm_training_propagate(cfg, block, rms, eps):
     np.testing.assert_array_equal(x3, out2)
 
 
-def test_batchnorm_train_mode_bitwise() -> None:
+@pytest.mark.parametrize("use_jit", [False, True], ids=["numpy", "numba"])
+@pytest.mark.parametrize("spread", [0.0, 8.0], ids=["plain", "wide-magnitudes"])
+def test_batchnorm_train_mode_bitwise(use_jit: bool, spread: float) -> None:
+    """Both ways (NumPy and the Numba loops) give the definition's bits; with
+    wide magnitudes the double column sums depend on their order (row 0
+    first, as Kaldi's and NumPy's)."""
     rng = np.random.default_rng(1)
     for line, shape in (("dim=64", (300, 64)), ("dim=64 block-dim=16", (100, 64))):
         comp = make_plain(BatchNormComponent, line)
-        x = np.maximum(rng.standard_normal(shape), 0).astype(F32)
+        x = np.maximum(rng.standard_normal(shape), 0)
+        x = (x * np.exp(spread * rng.standard_normal(shape))).astype(F32)
         out = np.empty_like(x)
-        memo = comp.propagate(None, x, out)
+        memo = comp.propagate(None, x, out, use_jit=use_jit)
         # The definition: double column sums, float arithmetic.
         block = comp.block_dim
         xb = x.reshape(-1, block)
@@ -240,10 +246,11 @@ def test_batchnorm_train_mode_bitwise() -> None:
         want = ((xb - mean) * scale).reshape(shape)
         assert np.array_equal(out, want)
         in_place = x.copy()
-        comp.propagate(None, in_place, in_place)
+        comp.propagate(None, in_place, in_place, use_jit=use_jit)
         assert np.array_equal(in_place, want)
 
-        dz = rng.standard_normal(shape).astype(F32)
+        dz = (rng.standard_normal(shape) * np.exp(spread * rng.standard_normal(shape))
+              ).astype(F32)
         z, dzb = want.reshape(-1, block), dz.reshape(-1, block)
         coeff = F32(-1.0 / (comp.target_rms * comp.target_rms * n))
         vdm = coeff * np.einsum("ij,ij->j", z.astype(np.float64),
@@ -251,7 +258,7 @@ def test_batchnorm_train_mode_bitwise() -> None:
         temp = F32(-1.0 / n) * dzb.sum(axis=0, dtype=np.float64).astype(F32)
         want_dx = ((dzb + temp) * scale + z * vdm).reshape(shape)
         dx = np.full_like(dz, np.nan)
-        comp.backprop("", None, x, want, dz, memo, None, dx)
+        comp.backprop("", None, x, want, dz, memo, None, dx, use_jit=use_jit)
         assert np.array_equal(dx, want_dx)
-        comp.backprop("", None, x, want, dz, memo, None, dz)     # in place
+        comp.backprop("", None, x, want, dz, memo, None, dz, use_jit=use_jit)  # in place
         assert np.array_equal(dz, want_dx)

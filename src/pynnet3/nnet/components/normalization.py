@@ -19,6 +19,7 @@ import numpy as np
 
 from ... import log
 from ...io.kaldi_io import KaldiReader, KaldiWriter, f32
+from ...numba_cache import lazy_njit, numba_loaded
 from ..config_line import ConfigLine
 from .base import Component, Prop, fmt_bool, fmt_g, register, reshape_rows, rng, summarize_vector
 
@@ -31,6 +32,74 @@ def _same_data(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 # ---------------------------------------------------------------------------
+# Training-mode BatchNorm kernels.  NumPy's column sums in double
+# (``x.sum(axis=0, dtype=float64)``, ``einsum("ij,ij->j", ..., dtype=float64)``)
+# add the rows one after another, row 0 first, but cast each block to double
+# in a buffer first (about 150 us for 128 x 512); these loops make the same
+# additions in the same order (so the same bits) in one pass over the rows,
+# and the elementwise formulas in one more pass, with the same float32
+# operations in the same order (Numba contracts nothing into fused
+# multiply-adds without fastmath).  They run once the process has Numba
+# loaded anyway (training loads it for log-softmax) and the matrix is not
+# tiny; otherwise NumPy does the same sums.
+
+#: Smallest matrix (elements) for the Numba BatchNorm loops.
+BN_JIT_MIN_ELEMENTS = 4096
+
+
+def _bn_use_jit(x: np.ndarray, use_jit: bool | None) -> bool:
+    if use_jit is not None:
+        return use_jit
+    return x.size >= BN_JIT_MIN_ELEMENTS and numba_loaded()
+
+
+@lazy_njit(cache=True, nogil=True)
+def _bn_forward_jit(x: np.ndarray, y: np.ndarray, sums: np.ndarray, sumsq: np.ndarray,
+                    inv_n: np.float32, var_scale: np.float32, var_floor: np.float32,
+                    mean: np.ndarray, uvar: np.ndarray, scale: np.ndarray) -> None:
+    rows, cols = x.shape
+    sums[:] = 0.0
+    sumsq[:] = 0.0
+    for i in range(rows):
+        for j in range(cols):
+            v = np.float64(x[i, j])
+            sums[j] += v
+            sumsq[j] += v * v
+    for j in range(cols):
+        m = np.float32(sums[j]) * inv_n
+        u = np.float32(sumsq[j]) * inv_n
+        mean[j] = m
+        uvar[j] = u
+        sc = u * var_scale + (-var_scale * m) * m
+        if sc < np.float32(0.0):        # (NaN stays NaN, as with np.maximum)
+            sc = np.float32(0.0)
+        sc = sc + var_floor
+        scale[j] = np.float32(1.0 / np.sqrt(np.float64(sc)))
+    for i in range(rows):
+        for j in range(cols):
+            y[i, j] = (x[i, j] - mean[j]) * scale[j]
+
+
+@lazy_njit(cache=True, nogil=True)
+def _bn_backprop_jit(z: np.ndarray, dz: np.ndarray, dx: np.ndarray, sums: np.ndarray,
+                     dots: np.ndarray, coeff: np.float32, minus_inv_n: np.float32,
+                     scale: np.ndarray, var_deriv_mod: np.ndarray, temp: np.ndarray) -> None:
+    rows, cols = z.shape
+    sums[:] = 0.0
+    dots[:] = 0.0
+    for i in range(rows):
+        for j in range(cols):
+            g = np.float64(dz[i, j])
+            sums[j] += g
+            dots[j] += np.float64(z[i, j]) * g
+    for j in range(cols):
+        var_deriv_mod[j] = (coeff * np.float32(dots[j])) * scale[j]
+        temp[j] = minus_inv_n * np.float32(sums[j])
+    # dx may be dz itself: each element is read before it is written.
+    for i in range(rows):
+        for j in range(cols):
+            z_term = z[i, j] * var_deriv_mod[j]
+            dx[i, j] = (dz[i, j] + temp[j]) * scale[j] + z_term
 
 
 @register
@@ -411,7 +480,9 @@ class BatchNormComponent(Component):
         """Rows of block_dim values (a view when ``mat`` is contiguous)."""
         return np.asarray(mat).reshape(-1, self.block_dim)
 
-    def propagate(self, indexes, in_value: np.ndarray, out_value: np.ndarray):
+    def propagate(self, indexes, in_value: np.ndarray, out_value: np.ndarray,
+                  use_jit: bool | None = None):
+        """``use_jit``: force the Numba loops (True) or NumPy (False), for tests."""
         if in_value.shape != out_value.shape or in_value.shape[1] not in (self.dim, self.block_dim):
             raise ValueError("BatchNormComponent.propagate: bad matrix shapes")
         x = self._reshaped(np.asarray(in_value, dtype=_F32))
@@ -420,17 +491,23 @@ class BatchNormComponent(Component):
             memo = BatchNormMemo(num_frames, np.zeros((5, self.block_dim), dtype=_F32))
             mean, uvar, scale = memo.mean_uvar_scale[0], memo.mean_uvar_scale[1], memo.mean_uvar_scale[2]
             inv_n = _F32(1.0 / num_frames)
+            # Scale by 1/target_rms^2 here, which saves a multiply later.
+            var_scale = _F32(1.0 / (self.target_rms * self.target_rms))
+            var_floor = _F32(var_scale * _F32(self.epsilon))
+            # out = (x - mean) * scale, in place in out_value (which may be x).
+            y = reshape_rows(out_value, self.block_dim)
+            if _bn_use_jit(x, use_jit):
+                work = np.empty((2, self.block_dim), dtype=np.float64)
+                _bn_forward_jit(x, y, work[0], work[1], inv_n, var_scale, var_floor,
+                                mean, uvar, scale)
+                return memo
             # Column sums in double (float32 products are exact there); the
             # dtype= forms cast in small buffers instead of copying x.
             mean[:] = x.sum(axis=0, dtype=np.float64).astype(_F32) * inv_n
             uvar[:] = np.einsum("ij,ij->j", x, x, dtype=np.float64).astype(_F32) * inv_n
-            # Scale by 1/target_rms^2 here, which saves a multiply later.
-            var_scale = _F32(1.0 / (self.target_rms * self.target_rms))
             sc = uvar * var_scale + (-var_scale * mean) * mean
-            sc = np.maximum(sc, _F32(0.0)) + _F32(var_scale * _F32(self.epsilon))
+            sc = np.maximum(sc, _F32(0.0)) + var_floor
             scale[:] = (1.0 / np.sqrt(sc.astype(np.float64))).astype(_F32)
-            # out = (x - mean) * scale, in place in out_value (which may be x).
-            y = reshape_rows(out_value, self.block_dim)
             np.subtract(x, mean, out=y)
             y *= scale
             return memo
@@ -453,8 +530,9 @@ class BatchNormComponent(Component):
 
     def backprop(self, debug_info, indexes, in_value: np.ndarray | None,
                  out_value: np.ndarray | None, out_deriv: np.ndarray, memo,
-                 to_update, in_deriv: np.ndarray | None) -> None:
-        """Sets in_deriv (may be out_deriv itself: BACKPROP_IN_PLACE).
+                 to_update, in_deriv: np.ndarray | None, use_jit: bool | None = None) -> None:
+        """Sets in_deriv (may be out_deriv itself: BACKPROP_IN_PLACE);
+        ``use_jit`` as in :meth:`propagate`.
 
         Training mode, with z = the output, z' its derivative, I frames and
         scale = the memo's scale: x' = scale (z' - mean(z')) + z v, where
@@ -479,6 +557,11 @@ class BatchNormComponent(Component):
         var_deriv_mod = memo.mean_uvar_scale[3]
         temp = memo.mean_uvar_scale[4]
         coeff = _F32(-1.0 / (self.target_rms * self.target_rms * num_frames))
+        if _bn_use_jit(z, use_jit):
+            work = np.empty((2, self.block_dim), dtype=np.float64)
+            _bn_backprop_jit(z, dz, dx, work[0], work[1], coeff, _F32(-1.0 / num_frames),
+                             scale, var_deriv_mod, temp)
+            return
         var_deriv_mod[:] = coeff * np.einsum("ij,ij->j", z, dz,
                                              dtype=np.float64).astype(_F32)
         var_deriv_mod *= scale
