@@ -632,3 +632,70 @@ int main(int argc, char **argv) {
             op, k = line.split()
             order.insert(int(k), h(int(k))) if op == "i" else order.erase(int(k))
         assert list(order) == [int(v) for v in lines[-1].split()[1:]]
+
+
+def test_index_vectors_of_many_layouts_read_back_exactly() -> None:
+    """Regular layouts (t-deltas, then groups of one escaped row and m deltas:
+    merged n-major egs, t-major chain minibatches) take the one-go reader,
+    irregular ones the row-by-row reader; both give back what was written,
+    with the reader right after the vector."""
+    from pynnet3.train.egs import _read_escaped_tail
+
+    rng = np.random.default_rng(11)
+    fast_seen = slow_seen = 0
+    for trial in range(300):
+        num_egs, frames = int(rng.integers(1, 20)), int(rng.integers(1, 16))
+        n = np.repeat(np.arange(num_egs), frames)
+        t = np.tile(np.arange(frames), num_egs) + np.repeat(rng.integers(-5, 5, num_egs), frames)
+        x = np.zeros_like(n)
+        if trial % 3 == 1:                  # t-major (chain): n changes every row
+            n, t = np.tile(np.arange(num_egs), frames), np.repeat(np.arange(frames), num_egs)
+        elif trial % 3 == 2:                # irregular: x changes, t jumps, odd lengths
+            x = rng.integers(0, 2, len(n)) * (rng.random(len(n)) < 0.1)
+            t = t + 300 * (rng.random(len(n)) < 0.05)
+            keep = rng.random(len(n)) < 0.9
+            n, t, x = n[keep], t[keep], x[keep]
+        idx = np.stack([n, t, x], axis=1).astype(np.int64)
+        w = KaldiWriter(True)
+        write_index_vector(w, idx)
+        data = w.getvalue()
+        r = KaldiReader(data + b"\x7f\x04\x04\x7f", True)
+        got = read_index_vector(r)
+        assert got.dtype == np.int32 and np.array_equal(got, idx) and r.pos == len(data)
+        body = 6 + 5                                  # "<I1V> " and the size
+        fast = _read_escaped_tail(data + b"\x7f\x04", body, len(idx))
+        if fast is None:
+            slow_seen += 1
+        else:
+            fast_seen += 1
+            assert np.array_equal(fast[0], idx) and fast[1] == len(data)
+    assert fast_seen > 100 and slow_seen > 20
+
+
+def test_sparse_rows_of_equal_and_unequal_counts() -> None:
+    """Sparse matrices whose rows all have the same count are read in one go,
+    others row by row: both as written, the reader right after the matrix;
+    damage in a later row is still reported."""
+    from pynnet3.errors import FormatError
+
+    rng = np.random.default_rng(3)
+    for counts in ([1] * 50, [3] * 7, [0] * 4, [1, 2, 1, 1], [2] * 9 + [1]):
+        rows = [[(int(c), float(v)) for c, v in zip(np.sort(rng.choice(30, k, replace=False)),
+                                                     rng.random(k) + 0.5)] for k in counts]
+        m = SparseMatrix.from_pairs(30, rows)
+        w = KaldiWriter(True)
+        m.write(w)
+        data = w.getvalue()
+        r = KaldiReader(data + b"SV \x04", True)
+        back = SparseMatrix.read(r)
+        assert r.pos == len(data) and back.num_cols == 30
+        assert back.indptr.dtype == np.int64 and back.indices.dtype == np.int32
+        assert np.array_equal(back.indptr, np.concatenate([[0], np.cumsum(counts)]))
+        assert np.array_equal(back.to_matrix(), m.to_matrix())
+    m = SparseMatrix.from_pairs(30, [[(4, 1.0)]] * 10)
+    w = KaldiWriter(True)
+    m.write(w)
+    data = w.getvalue()
+    at = data.index(b"SV ") + 23 * 6 + 13              # row 6's first pair: its size byte
+    with pytest.raises(FormatError, match="size byte"):
+        SparseMatrix.read(KaldiReader(data[:at] + b"\x05" + data[at + 1:], True))

@@ -431,11 +431,58 @@ class SparseMatrix:
         w.write_raw("".join(parts))
 
 
+_SPARSE_ROW_DTYPES: dict[int, np.dtype] = {}
+
+
+def _sparse_rows_dtype(count: int) -> np.dtype:
+    """A binary sparse row of ``count`` pairs: "SV " 04 dim 04 count, pairs."""
+    dt = _SPARSE_ROW_DTYPES.get(count)
+    if dt is None:
+        fields = [("tag", "S3"), ("s1", "u1"), ("dim", "<i4"), ("s2", "u1"), ("n", "<i4")]
+        if count:
+            fields.append(("pairs", PAIR_DTYPE, (count,)))
+        dt = _SPARSE_ROW_DTYPES[count] = np.dtype(fields)
+    return dt
+
+
+def _read_sparse_rows_uniform(r: KaldiReader, num_rows: int) -> SparseMatrix | None:
+    """The rows at once when all have the count of the first (posteriors with
+    one pdf per frame, one-hot targets); None (nothing consumed) otherwise,
+    or where anything is out of the ordinary, so that the row-by-row reader
+    below reads them and reports any damage."""
+    data, pos = r.data, r.pos
+    if num_rows == 0 or data[pos:pos + 4] != b"SV \x04" or pos + 13 > len(data):
+        return None
+    dim, count = struct.unpack_from("<ixi", data, pos + 4)
+    if dim < 0 or count < 0 or count > dim:
+        return None
+    dt = _sparse_rows_dtype(count)
+    if pos + dt.itemsize * num_rows > len(data):
+        return None
+    rows = np.frombuffer(data, dtype=dt, count=num_rows, offset=pos)
+    if not ((rows["tag"] == b"SV ").all() and (rows["s1"] == 4).all()
+            and (rows["s2"] == 4).all() and (rows["dim"] == dim).all()
+            and (rows["n"] == count).all()):
+        return None
+    if count:
+        pairs = rows["pairs"].reshape(-1)
+        if np.any(pairs["s1"] != 4) or np.any(pairs["s2"] != 4):
+            return None
+        indices, values = pairs["i"].astype(np.int32), pairs["v"].astype(F32)
+    else:
+        indices, values = np.zeros(0, np.int32), np.zeros(0, F32)
+    r.pos = pos + dt.itemsize * num_rows
+    return SparseMatrix(dim, np.arange(num_rows + 1, dtype=np.int64) * count, indices, values)
+
+
 def _read_sparse_binary(r: KaldiReader) -> SparseMatrix:
     r.expect_token("SM")
     num_rows = r.read_int32()
     if num_rows < 0 or num_rows >= 10000000:
         raise r.error(f"bad sparse-matrix row count {num_rows}")
+    uniform = _read_sparse_rows_uniform(r, num_rows)
+    if uniform is not None:
+        return uniform
     starts: list[int] = []
     counts: list[int] = []
     num_cols = None

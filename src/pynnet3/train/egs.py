@@ -79,21 +79,46 @@ def write_index_vector(w: KaldiWriter, indexes: np.ndarray) -> None:
     w.write_raw(b"".join(parts))
 
 
+_GROUP_DTYPES: dict[int, np.dtype] = {}
+
+
+def _group_dtype(m: int) -> np.dtype:
+    """One escaped Index row followed by ``m`` int8 t-deltas."""
+    dt = _GROUP_DTYPES.get(m)
+    if dt is None:
+        fields = list(_ESCAPED_INDEX.descr) + ([("d", "i1", (m,))] if m else [])
+        dt = _GROUP_DTYPES[m] = np.dtype(fields)
+    return dt
+
+
 def _read_escaped_tail(data: Any, start: int, size: int) -> tuple[np.ndarray, int] | None:
-    """The Index vector at ``start`` and the position after it when it is a
-    few t-delta rows followed by escaped rows only (n changes from row to row:
-    t-major chain minibatches, whose first row is (0, 0, 0)); else None, and
-    the row-by-row reader below takes over (it reports any damage).  The
-    row-by-row scan would read exactly these records one by one."""
+    """The Index vector at ``start`` and the position after it when it has a
+    regular layout: a few t-delta rows, then groups that are each one escaped
+    row followed by the same number ``m`` of t-delta rows.  That is what
+    merged minibatches hold: n-major egs (``m`` = frames per eg - 1: the first
+    eg's rows are deltas from (0, 0, 0), each further eg starts with an
+    escape because n changes) and t-major chain minibatches (``m`` = 0, n
+    changes from row to row).  Else None, and the row-by-row reader below
+    takes over (it reports any damage); it would read exactly these records
+    one by one."""
     if size <= 0:
         return None
-    j = data.find(bytes([_ESCAPE]), start, start + size)
+    escape = bytes([_ESCAPE])
+    j = data.find(escape, start, start + size)
     if j < 0:
         return None
     k = j - start                       # leading t-delta rows (no escape byte among them)
-    if j + 16 * (size - k) > len(data):
+    # The group length from the second escape (t-delta bytes are never the
+    # escape byte, which ends their range; the escaped row's payload is skipped).
+    rest = size - k
+    j2 = data.find(escape, j + 16, j + 16 + (rest - 1))
+    m = rest - 1 if j2 < 0 else j2 - (j + 16)
+    if rest % (m + 1):
         return None
-    rec = np.frombuffer(data, dtype=_ESCAPED_INDEX, count=size - k, offset=j)
+    groups = rest // (m + 1)
+    if j + (16 + m) * groups > len(data):
+        return None
+    rec = np.frombuffer(data, dtype=_group_dtype(m), count=groups, offset=j)
     if not ((rec["esc"] == _ESCAPE) & (rec["s1"] == 4) & (rec["s2"] == 4)
             & (rec["s3"] == 4)).all():
         return None
@@ -105,8 +130,18 @@ def _read_escaped_tail(data: Any, start: int, size: int) -> tuple[np.ndarray, in
         out[:k, 0] = 0
         out[:k, 1] = np.cumsum(deltas)
         out[:k, 2] = 0
-    out[k:, 0], out[k:, 1], out[k:, 2] = rec["n"], rec["t"], rec["x"]
-    return out, j + 16 * (size - k)
+    body = out[k:].reshape(groups, m + 1, 3)
+    body[:, :, 0] = rec["n"][:, None]
+    body[:, :, 2] = rec["x"][:, None]
+    t = np.empty((groups, m + 1), dtype=np.int64)
+    t[:, 0] = rec["t"]
+    if m:
+        d = rec["d"].astype(np.int64)
+        if (np.abs(d) >= 125).any():
+            return None
+        t[:, 1:] = d
+    body[:, :, 1] = np.cumsum(t, axis=1)
+    return out, j + (16 + m) * groups
 
 
 def read_index_vector(r: KaldiReader) -> np.ndarray:
