@@ -23,8 +23,7 @@ from pynnet3.train.egs import iter_examples
 from pynnet3.io.general_matrix import CompressedMatrix, GeneralMatrix, SparseMatrix
 from pynnet3.train.kaldi_random import GlibcRand
 from pynnet3.train.nnet_update import (MaxChangeStats, apply_l2_regularization,
-                                       get_num_nvalues, scale_nnet,
-                                       update_nnet_with_max_change)
+                                       get_num_nvalues, update_nnet_with_max_change)
 from pynnet3.train.objective import compute_accuracy, compute_objective
 from pynnet3.train.trainer import NnetTrainer, NnetTrainerOptions
 from tests.helpers import curated, reference_dir
@@ -426,44 +425,6 @@ def test_update_with_max_change_numpy() -> None:
     assert stats.num_max_change_per_component_applied == [int(f < 1) for f in factors]
     assert stats.num_max_change_global_applied == int(global_factor < 1)
     assert "Per-component max-change active on 2 / 2 Updatable Components." in err.getvalue()
-
-
-@pytest.mark.parametrize("max_change,scale", [(0.0, 1.0), (0.5, 0.7)],
-                         ids=["plain-add", "clipped"])
-def test_update_with_max_change_and_zero_delta(max_change: float, scale: float) -> None:
-    """zero_delta=True leaves the network exactly as the plain call followed
-    by ScaleNnet(0, delta) (what the trainer did before), and the delta all
-    zero, NaN included (Scale(0) of an affine component clears it); both ways
-    of the fused helper agree with the two-step definition bit for bit."""
-    from pynnet3.nnet.components.numeric import add_scaled_and_zero_f32, add_scaled_f32
-
-    rs = np.random.RandomState(4)
-    nnet = _two_affine_nnets(max_change=max_change)
-    delta = copy.deepcopy(nnet)
-    for comp in delta.components:
-        if comp.is_updatable():
-            comp.linear_params[...] = rs.randn(*comp.linear_params.shape)
-            comp.bias_params[...] = rs.randn(*comp.bias_params.shape)
-    want_nnet, want_delta = copy.deepcopy(nnet), copy.deepcopy(delta)
-    with contextlib.redirect_stderr(io.StringIO()):
-        assert update_nnet_with_max_change(want_delta, 0.0, 1.0, scale, want_nnet)
-        scale_nnet(0.0, want_delta)
-        assert update_nnet_with_max_change(delta, 0.0, 1.0, scale, nnet, zero_delta=True)
-    for got, want in ((nnet, want_nnet), (delta, want_delta)):
-        for c, w in zip(got.components, want.components):
-            if c.is_updatable():
-                assert np.array_equal(c.linear_params, w.linear_params)
-                assert np.array_equal(c.bias_params, w.bias_params)
-    assert not any(np.any(c.linear_params) for c in delta.components if c.is_updatable())
-    for use_jit in (False, True):
-        for alpha in (1.0, 0.37, -2.5e-3, 0.0):
-            x = rs.randn(300, 70).astype(np.float32)
-            x[3, 4] = np.nan if alpha == 0.0 else x[3, 4]
-            y = rs.randn(300, 70).astype(np.float32)
-            want_y = y.copy()
-            add_scaled_f32(alpha, x, want_y)
-            add_scaled_and_zero_f32(alpha, x, y, use_jit=use_jit)
-            assert np.array_equal(y, want_y) and not np.any(x) and not np.isnan(x).any()
 
 
 def test_infinite_change_is_not_applied() -> None:

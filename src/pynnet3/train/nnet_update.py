@@ -90,12 +90,9 @@ def add_nnet(src: "Nnet", alpha: float, dest: "Nnet") -> None:
 
 
 def add_nnet_components(src: "Nnet", alphas: Sequence[float], scale: float,
-                        dest: "Nnet", zero_src: bool = False) -> None:
+                        dest: "Nnet") -> None:
     """Kaldi's AddNnetComponents: updatable component i (in order) is added
-    with ``alphas[i]``, every other component (its stats) with ``scale``.
-    With ``zero_src`` each component of ``src`` is then scaled by 0 (Kaldi's
-    ScaleNnet(0.0, src) afterwards), the parameters in the same pass as the
-    add where the component can (``add_and_zero``)."""
+    with ``alphas[i]``, every other component (its stats) with ``scale``."""
     _check_same_size(src, dest)
     i = 0
     for s, d in zip(src.components, dest.components):
@@ -104,18 +101,10 @@ def add_nnet_components(src: "Nnet", alphas: Sequence[float], scale: float,
             _as_updatable(d)
             if i >= len(alphas):
                 raise PynnetError("add_nnet_components: too few alphas")
-            fused = getattr(d, "add_and_zero", None) if zero_src else None
-            if fused is not None:
-                fused(float(alphas[i]), s)
-            else:
-                d.add(float(alphas[i]), s)
-                if zero_src:
-                    s.scale(0.0)
+            d.add(float(alphas[i]), s)
             i += 1
         else:
             d.add(scale, s)
-            if zero_src:
-                s.scale(0.0)
     if i != len(alphas):
         raise PynnetError(f"add_nnet_components: {len(alphas)} alphas for {i} updatable "
                           "components")
@@ -267,15 +256,12 @@ class MaxChangeStats:
 
 def update_nnet_with_max_change(delta_nnet: "Nnet", max_param_change: float,
                                 max_change_scale: float, scale: float, nnet: "Nnet",
-                                stats: MaxChangeStats | None = None,
-                                zero_delta: bool = False) -> bool:
+                                stats: MaxChangeStats | None = None) -> bool:
     """Kaldi's UpdateNnetWithMaxChange: nnet += scale * delta_nnet, where each
     updatable component's change is first limited to its ``max-change``
     (times ``max_change_scale``) in Euclidean norm, and then the whole change
     to ``max_param_change`` (times ``max_change_scale``; 0 = no limit).
-    Returns False, changing nothing, when the change is not finite.
-    ``zero_delta``: when it returns True, delta_nnet has also been scaled by
-    0 (what a trainer without momentum does next), in the same pass."""
+    Returns False, changing nothing, when the change is not finite."""
     if stats is None:
         stats = MaxChangeStats.for_nnet(delta_nnet)
     num_updatable = num_updatable_components(delta_nnet)
@@ -342,7 +328,6 @@ def update_nnet_with_max_change(delta_nnet: "Nnet", max_param_change: float,
                          f"with max-change={fmt_g(max_param_change)}.")
         log.log("".join(parts))
     alphas = (scale_factors * scale32).astype(F32)
-    add_nnet_components(delta_nnet, [float(a) for a in alphas], float(scale32), nnet,
-                        zero_src=zero_delta)
+    add_nnet_components(delta_nnet, [float(a) for a in alphas], float(scale32), nnet)
     stats.num_minibatches_processed += 1
     return True

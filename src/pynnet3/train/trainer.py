@@ -412,15 +412,12 @@ class NnetTrainer:
         apply_l2_regularization(
             self.nnet, get_num_nvalues(self._nvalues_ios(eg), False, self.rand.rand_int)
             * cfg.l2_regularize_factor, self.delta_nnet)
-        # Without momentum the delta is cleared (scaled by 0) as it is added.
-        zero_delta = cfg.momentum == 0.0
         success = update_nnet_with_max_change(self.delta_nnet, cfg.max_param_change, 1.0,
                                               1.0 - cfg.momentum, self.nnet,
-                                              self.max_change_stats, zero_delta=zero_delta)
+                                              self.max_change_stats)
         scale_batchnorm_stats(cfg.batchnorm_stats_scale, self.nnet)
         constrain_orthonormal(self.nnet, self.rand.rand_int)
-        if not (success and zero_delta):
-            scale_nnet(cfg.momentum if success else 0.0, self.delta_nnet)
+        scale_nnet(cfg.momentum if success else 0.0, self.delta_nnet)
 
     def _train_internal_backstitch(self, eg: "NnetExample", computation: Any,
                                    is_backstitch_step1: bool) -> None:

@@ -22,7 +22,7 @@ from ..config_line import ConfigLine
 from .base import (Component, Prop, UpdatableComponent, fmt_g, print_parameter_stats, randn,
                    register, reshape_rows)
 from .natural_gradient import OnlineNaturalGradient, precondition_in_out
-from .numeric import add_scaled_and_zero_f32, add_scaled_f32, scale_arrays
+from .numeric import add_scaled_f32, scale_arrays
 
 # Property masks as plain ints, built once: properties() is asked for every
 # component many times per minibatch, and IntFlag arithmetic costs ~1 us an op.
@@ -153,22 +153,6 @@ class AffineParamsMixin:
             raise TypeError(f"{family.type_name}.add: other is {other.type_name}")
         _add_arrays(alpha, [(self.linear_params, other.linear_params),
                             (self.bias_params, other.bias_params)])
-
-    def add_and_zero(self, alpha: float, other: Component) -> None:
-        """``self.add(alpha, other)`` and then ``other.scale(0.0)`` (a
-        trainer's delta, added to the model and cleared for the next
-        minibatch), in one pass over other's parameters where both are the
-        plain operations of this mixin."""
-        if type(self).add is not AffineParamsMixin.add \
-                or type(other).scale is not AffineParamsMixin.scale:
-            self.add(alpha, other)
-            other.scale(0.0)
-            return
-        family = self._add_family or type(self)
-        if not isinstance(other, family):
-            raise TypeError(f"{family.type_name}.add: other is {other.type_name}")
-        add_scaled_and_zero_f32(alpha, other.linear_params, self.linear_params)
-        add_scaled_and_zero_f32(alpha, other.bias_params, self.bias_params)
 
     def perturb_params(self, stddev: float) -> None:
         self.linear_params += np.float32(stddev) * randn(*self.linear_params.shape)

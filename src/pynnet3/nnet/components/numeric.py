@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...numba_cache import lazy_njit, numba_loaded
 from .base import randn
 
 
@@ -40,44 +39,6 @@ def add_scaled_f32(alpha: float, x: np.ndarray, y: np.ndarray) -> None:
         y += x              # the usual case (no max-change): no temporary
     elif a != 0.0:
         y[...] = axpy_f32(a, x, y)
-
-
-@lazy_njit(cache=True, nogil=True)
-def _add_scaled_and_zero_jit(alpha: np.float32, x: np.ndarray, y: np.ndarray) -> None:
-    if alpha == np.float32(1.0):
-        for i in range(x.shape[0]):
-            y[i] += x[i]
-            x[i] = 0.0
-    elif alpha != np.float32(0.0):
-        a = np.float64(alpha)
-        for i in range(x.shape[0]):
-            y[i] = np.float32(a * np.float64(x[i]) + np.float64(y[i]))
-            x[i] = 0.0
-    else:
-        for i in range(x.shape[0]):
-            x[i] = 0.0
-
-
-#: Smallest array (elements) for the one-pass Numba loop of add_scaled_and_zero_f32.
-ADD_ZERO_JIT_MIN_ELEMENTS = 1 << 14
-
-
-def add_scaled_and_zero_f32(alpha: float, x: np.ndarray, y: np.ndarray,
-                            use_jit: bool | None = None) -> None:
-    """:func:`add_scaled_f32` (``y += alpha * x``) and then ``x[...] = 0``
-    (Kaldi's Scale(0) of a gradient after it was added), the same values
-    in one pass over x instead of two, where both are contiguous float32
-    and Numba is loaded already (training loads it); ``use_jit`` forces a
-    way, for tests."""
-    if y.shape != x.shape:
-        raise ValueError(f"Add: shape mismatch {y.shape} vs {x.shape}")
-    jit = (x.size >= ADD_ZERO_JIT_MIN_ELEMENTS and numba_loaded()) if use_jit is None \
-        else use_jit
-    if jit and x.dtype == y.dtype == F32 and x.flags.c_contiguous and y.flags.c_contiguous:
-        _add_scaled_and_zero_jit(F32(alpha), x.reshape(-1), y.reshape(-1))
-        return
-    add_scaled_f32(alpha, x, y)
-    x[...] = 0.0
 
 
 def seq_sum_f32(x: np.ndarray, axis: int) -> np.ndarray:
