@@ -190,7 +190,8 @@ def pynnet3_loop(work: Path, egs: list, plain: bool) -> tuple[float, float, floa
 
     nnet = plain_nnet(work) if plain else read_nnet(str(work / "0.raw"))
     options = NnetTrainerOptions(max_param_change=0.0) if plain else NnetTrainerOptions()
-    backend = get_backend("cpu")          # what nnet3-train --use-gpu=no runs
+    # nnet3-train's default CPU backend (--cpu-backend=numpy): the NumPy one.
+    backend = get_backend("reference")
     wall, cpu = time.perf_counter(), time.process_time()
     with contextlib.redirect_stderr(io.StringIO()):
         with NnetTrainer(options, nnet, GlibcRand(1), backend=backend) as trainer:
@@ -202,8 +203,9 @@ def pynnet3_loop(work: Path, egs: list, plain: bool) -> tuple[float, float, floa
 
 
 def warm_up(work: Path, egs: list) -> None:
-    """One minibatch through each variant, so that Numba's kernels are loaded
-    (once per process; the binary's row pays it in its start-up)."""
+    """One minibatch through each variant, so that first-call costs (lazy
+    imports, the first compilation) stay out of the timed passes (the
+    binary's row pays them in its start-up)."""
     for plain in (False, True):
         pynnet3_loop(work, egs[:1], plain)
 
