@@ -229,6 +229,95 @@ def test_set_output_buffer(tiny: Nnet) -> None:
         np.testing.assert_array_equal(got, want)
 
 
+def test_deferred_output_buffer(tiny: Nnet) -> None:
+    """A DeferredBuffer is asked for its array once, while the computation
+    runs (when it allocates the output), not when it is set; the output lands
+    in that array with the values of a computer that allocates it; an array
+    of the wrong shape is an error."""
+    from pynnet3.compute.computer import DeferredBuffer, NnetComputeOptions, NnetComputer
+    from pynnet3.errors import PynnetError
+
+    rng = np.random.RandomState(8)
+    opts = NnetSimpleComputationOptions(frames_per_chunk=6, frame_subsampling_factor=3)
+    dec = DecodableNnetSimple(opts, tiny, None, rng.randn(30, 3).astype(np.float32),
+                              new_compiler(tiny, opts), ivector=rng.randn(2).astype(np.float32))
+    chunk = dec.chunk_inputs(0)
+    shape = ChunkShape(chunk.input_t_start - chunk.output_t_start, chunk.input_feats.shape[0],
+                       True, chunk.num_subsampled_frames)
+    computation = dec.compiler.compile(multi_chunk_request(shape, 1, 3))
+
+    def computer() -> NnetComputer:
+        return NnetComputer(NnetComputeOptions(), computation, tiny)
+
+    def run(c: NnetComputer) -> None:
+        c.accept_input("input", chunk.input_feats)
+        c.accept_input("ivector", chunk.ivector.reshape(1, -1))
+        c.run()
+
+    plain = computer()
+    run(plain)
+    want = plain.get_output("output")
+    target = np.full(want.shape, 7.0, np.float32)
+    asked: list[int] = []
+    deferred = computer()
+
+    def give() -> np.ndarray:
+        asked.append(deferred.program_counter)
+        return target
+
+    assert deferred.set_output_buffer("output", DeferredBuffer(want.shape, give))
+    assert not asked
+    run(deferred)
+    assert len(asked) == 1 and asked[0] > 0
+    got = deferred.get_output("output")
+    assert got is target
+    np.testing.assert_array_equal(got, want)
+    # The wrong shape up front is refused; a wrong array at allocation is an error.
+    assert not computer().set_output_buffer(
+        "output", DeferredBuffer((want.shape[0] + 1, want.shape[1]), give))
+    wrong = computer()
+    assert wrong.set_output_buffer("output", DeferredBuffer(
+        want.shape, lambda: np.zeros((want.shape[0] + 1, want.shape[1]), np.float32)))
+    with pytest.raises(PynnetError):
+        run(wrong)
+
+
+def test_utterance_output_taken_when_its_first_piece_allocates_it(tiny: Nnet) -> None:
+    """ChunkBatchComputer takes an utterance's output pages while the first
+    piece's computation runs (when it allocates its output), not before it
+    starts: a worker thread that starts an utterance while the one before is
+    still being written then gets the written one's pages back."""
+    import sys
+
+    from pynnet3.compute.computer import NnetComputer
+
+    rng = np.random.RandomState(9)
+    opts = NnetSimpleComputationOptions(frames_per_chunk=6, frame_subsampling_factor=3)
+    compiler = new_compiler(tiny, opts)
+    batcher = ChunkBatchComputer(4)
+    pages = batcher.output_pages
+    original = pages.matrix
+    running: list[bool] = []
+
+    def matrix(num_rows: int, num_cols: int) -> np.ndarray:
+        frame, inside = sys._getframe(1), False
+        while frame is not None:
+            inside = inside or frame.f_code is NnetComputer.run.__code__
+            frame = frame.f_back
+        running.append(inside)
+        return original(num_rows, num_cols)
+
+    pages.matrix = matrix  # type: ignore[method-assign]
+    feats = rng.randn(200, 3).astype(np.float32)
+    ivector = rng.randn(2).astype(np.float32)
+    want = DecodableNnetSimple(opts, tiny, None, feats, compiler, ivector=ivector) \
+        .get_all_output()
+    got = batcher.get_all_output(DecodableNnetSimple(opts, tiny, None, feats, compiler,
+                                                     ivector=ivector))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert running == [True]
+
+
 def test_scratch_plan_is_a_valid_packing(tiny: Nnet) -> None:
     """plan_scratch gives matrices whose lifetimes overlap disjoint ranges of
     the buffer, leaves the inputs and outputs out, and a computer using the

