@@ -318,6 +318,84 @@ def test_utterance_output_taken_when_its_first_piece_allocates_it(tiny: Nnet) ->
     assert running == [True]
 
 
+def test_scratch_buffer_lends_its_end() -> None:
+    from pynnet3.compute.computer import ScratchBuffer
+
+    scratch = ScratchBuffer()
+    assert scratch.lend(0, 10) is None                 # (nothing to lend yet)
+    buf = scratch.get(1000)
+    lent = scratch.lend(100, 500)
+    assert lent is not None and lent.size == 500 and np.shares_memory(lent, buf)
+    # (from the offset rounded up to a cache line: 112 elements)
+    assert lent.__array_interface__["data"][0] == buf[112:].__array_interface__["data"][0]
+    assert scratch.lend(700, 10) is None               # (one loan at a time)
+    assert scratch.get(112) is buf                     # below the loan: the buffer itself
+    private = scratch.get(113)                         # reaching the loan: memory of its own
+    assert private.size == 113 and not np.shares_memory(private, buf)
+    assert not scratch.give_back(lent[:-1]) and not scratch.give_back(np.zeros(500, np.float32))
+    assert scratch.give_back(lent.reshape(50, 10))
+    assert scratch.get(1000) is buf
+    assert scratch.lend(995, 10) is None               # (past the end)
+    assert scratch.lend(3, 10) is not None and scratch._lent_from == 16   # (aligned)
+
+
+WIDE_CONFIG = """input-node name=input dim=3
+input-node name=ivector dim=2
+component name=a1 type=AffineComponent input-dim=11 output-dim=64
+component-node name=a1 component=a1 input=Append(Offset(input, -2), input, Offset(input, 1), ReplaceIndex(ivector, t, 0))
+component name=r1 type=RectifiedLinearComponent dim=64
+component-node name=r1 component=r1 input=a1
+component name=a2 type=AffineComponent input-dim=64 output-dim=8
+component-node name=a2 component=a2 input=r1
+component name=r2 type=RectifiedLinearComponent dim=8
+component-node name=r2 component=r2 input=a2
+component name=a3 type=AffineComponent input-dim=8 output-dim=8
+component-node name=a3 component=a3 input=r2
+component name=a4 type=AffineComponent input-dim=8 output-dim=4
+component-node name=a4 component=a4 input=a3
+output-node name=output input=a4
+"""
+
+
+def test_outputs_in_scratch_are_identical_and_never_overwritten() -> None:
+    """ChunkBatchComputer(outputs_in_scratch=True) puts an utterance's output
+    in the idle end of the scratch buffer (a network wide at its input,
+    narrow at its output) with the values of the usual path; an output not
+    handed back is left alone by the next utterance, which gets other memory;
+    once handed back, the next utterance borrows the scratch buffer again."""
+    nnet = Nnet()
+    nnet.read_config(WIDE_CONFIG, "wide")
+    rng = np.random.RandomState(10)
+    for name, dims in (("a1", (64, 11)), ("a2", (8, 64)), ("a3", (8, 8)), ("a4", (4, 8))):
+        comp = nnet.get_component(nnet.get_component_index(name))
+        comp.linear_params = rng.randn(*dims).astype(np.float32)
+        comp.bias_params = rng.randn(dims[0]).astype(np.float32)
+    opts = NnetSimpleComputationOptions(frames_per_chunk=20)
+    compiler = new_compiler(nnet, opts)
+    ivector = rng.randn(2).astype(np.float32)
+    # (a long piece and a short one: the output fits past what both use)
+    feats = {n: rng.randn(n, 3).astype(np.float32) for n in (100, 97)}
+
+    def decodable(n: int) -> DecodableNnetSimple:
+        return DecodableNnetSimple(opts, nnet, None, feats[n], compiler, ivector=ivector)
+
+    want = {n: ChunkBatchComputer(4).get_all_output(decodable(n)) for n in feats}
+    lending = ChunkBatchComputer(4, outputs_in_scratch=True)
+    first = lending.get_all_output(decodable(100))
+    scratch = lending._scratch()
+    assert np.shares_memory(first, scratch._buf)
+    np.testing.assert_array_equal(first, want[100])
+    second = lending.get_all_output(decodable(97))       # first not handed back
+    np.testing.assert_array_equal(first, want[100])
+    np.testing.assert_array_equal(second, want[97])
+    assert not np.shares_memory(second, scratch._buf)
+    lending.release_output(second)
+    lending.release_output(first)
+    third = lending.get_all_output(decodable(97))
+    assert np.shares_memory(third, scratch._buf)
+    np.testing.assert_array_equal(third, want[97])
+
+
 def test_scratch_plan_is_a_valid_packing(tiny: Nnet) -> None:
     """plan_scratch gives matrices whose lifetimes overlap disjoint ranges of
     the buffer, leaves the inputs and outputs out, and a computer using the

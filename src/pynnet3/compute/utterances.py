@@ -186,10 +186,14 @@ def nnet3_compute(config: Nnet3ComputeConfig, nnet_rxfilename: str, feature_rspe
                       if config.ivector_rspecifier else None)
     compiler = CachingCompiler(nnet, opts.compiler_config, opts.optimize_config,
                                cache_dir=config.cache_dir, use_disk=config.use_disk_cache)
-    batcher = ChunkBatchComputer(config.minibatch_size, config.kaldi_chunks) if config.minibatch_size > 1 else None
     num_workers = max(1, config.num_threads)
     if getattr(config.backend, "name", config.backend) == "cuda":
         num_workers = 1    # one GPU stream: utterances one after another, as Kaldi
+    # With one thread each output is written and handed back before the
+    # next utterance starts: it may live in the scratch buffer's idle end.
+    batcher = (ChunkBatchComputer(config.minibatch_size, config.kaldi_chunks,
+                                  outputs_in_scratch=num_workers == 1)
+               if config.minibatch_size > 1 else None)
     if num_workers > 1:
         compiler = _LockedCompiler(compiler)
 
