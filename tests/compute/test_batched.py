@@ -351,10 +351,72 @@ component name=r2 type=RectifiedLinearComponent dim=8
 component-node name=r2 component=r2 input=a2
 component name=a3 type=AffineComponent input-dim=8 output-dim=8
 component-node name=a3 component=a3 input=r2
+component name=r3 type=RectifiedLinearComponent dim=8
+component-node name=r3 component=r3 input=a3
 component name=a4 type=AffineComponent input-dim=8 output-dim=4
-component-node name=a4 component=a4 input=a3
+component-node name=a4 component=a4 input=r3
 output-node name=output input=a4
 """
+
+
+def _wide_nnet() -> Nnet:
+    nnet = Nnet()
+    nnet.read_config(WIDE_CONFIG, "wide")
+    rng = np.random.RandomState(10)
+    for name, dims in (("a1", (64, 11)), ("a2", (8, 64)), ("a3", (8, 8)), ("a4", (4, 8))):
+        comp = nnet.get_component(nnet.get_component_index(name))
+        comp.linear_params = rng.randn(*dims).astype(np.float32)
+        comp.bias_params = rng.randn(dims[0]).astype(np.float32)
+    return nnet
+
+
+def test_nnet3_compute_one_thread_borrows_and_hands_back(tmp_path: Path, monkeypatch) -> None:
+    """nnet3_compute with one thread puts every utterance's output in the
+    scratch buffer and hands it back once written (no computation falls back
+    to memory of its own); its archive is byte for byte the two-thread run's
+    (whose outputs have pages of their own)."""
+    from pynnet3.compile.model_io import write_nnet
+    from pynnet3.compute.computer import ScratchBuffer
+    from pynnet3.compute.utterances import Nnet3ComputeConfig, nnet3_compute
+
+    write_nnet(str(tmp_path / "wide.raw"), _wide_nnet(), True)
+    rng = np.random.RandomState(11)
+    feats = {f"utt{i}": rng.randn(100 - 3 * i, 3).astype(np.float32) for i in range(3)}
+    kaldiio.save_ark(str(tmp_path / "feats.ark"), feats)
+    kaldiio.save_ark(str(tmp_path / "ivectors.ark"),
+                     {k: rng.randn(2).astype(np.float32) for k in feats})
+    lends: list[bool] = []
+    own_memory: list[int] = []
+    lend, get = ScratchBuffer.lend, ScratchBuffer.get
+
+    def recording_lend(self: ScratchBuffer, offset: int, num: int) -> Any:
+        lent = lend(self, offset, num)
+        lends.append(lent is not None)
+        return lent
+
+    def recording_get(self: ScratchBuffer, num: int) -> np.ndarray:
+        buf = get(self, num)
+        if buf is not self._buf:
+            own_memory.append(num)
+        return buf
+
+    monkeypatch.setattr(ScratchBuffer, "lend", recording_lend)
+    monkeypatch.setattr(ScratchBuffer, "get", recording_get)
+    outputs = {}
+    for threads in (1, 2):
+        lends.clear()
+        config = Nnet3ComputeConfig(
+            opts=NnetSimpleComputationOptions(frames_per_chunk=20, acoustic_scale=1.0),
+            ivector_rspecifier=f"ark:{tmp_path / 'ivectors.ark'}", use_disk_cache=False,
+            num_threads=threads, minibatch_size=4)
+        out = tmp_path / f"out{threads}.ark"
+        result = nnet3_compute(config, str(tmp_path / "wide.raw"),
+                               f"ark:{tmp_path / 'feats.ark'}", f"ark:{out}")
+        assert result.num_success == 3
+        outputs[threads] = out.read_bytes()
+        assert lends == ([True] * 3 if threads == 1 else [])
+    assert not own_memory
+    assert outputs[1] == outputs[2]
 
 
 def test_outputs_in_scratch_are_identical_and_never_overwritten() -> None:
@@ -363,13 +425,8 @@ def test_outputs_in_scratch_are_identical_and_never_overwritten() -> None:
     narrow at its output) with the values of the usual path; an output not
     handed back is left alone by the next utterance, which gets other memory;
     once handed back, the next utterance borrows the scratch buffer again."""
-    nnet = Nnet()
-    nnet.read_config(WIDE_CONFIG, "wide")
+    nnet = _wide_nnet()
     rng = np.random.RandomState(10)
-    for name, dims in (("a1", (64, 11)), ("a2", (8, 64)), ("a3", (8, 8)), ("a4", (4, 8))):
-        comp = nnet.get_component(nnet.get_component_index(name))
-        comp.linear_params = rng.randn(*dims).astype(np.float32)
-        comp.bias_params = rng.randn(dims[0]).astype(np.float32)
     opts = NnetSimpleComputationOptions(frames_per_chunk=20)
     compiler = new_compiler(nnet, opts)
     ivector = rng.randn(2).astype(np.float32)
