@@ -94,3 +94,43 @@ def test_binary_matrix_bytes_unchanged_for_any_shape() -> None:
                 + b"\x04" + np.int32(cols).tobytes()
             body = np.ascontiguousarray(mat, dtype="<f8" if double else "<f4").tobytes()
             assert w.getvalue() == head + body
+
+
+def test_reading_full_matrices_leaves_general_matrix_out(tmp_path) -> None:
+    """Tables of full matrices (binary and text) are read without importing
+    the GeneralMatrix module, to the arrays GeneralMatrix.read gives; a
+    compressed matrix still reads, through it."""
+    from pynnet3.io.general_matrix import CompressedMatrix, GeneralMatrix
+    from pynnet3.io.table import (GENERAL_MATRIX_HOLDER, MATRIX_HOLDER,
+                                  SequentialTableReader, TableWriter)
+
+    def read(spec: str, holder) -> dict:
+        with SequentialTableReader(spec, holder) as r:
+            return dict(r)
+
+    rng = np.random.RandomState(3)
+    mats = {"a": rng.randn(5, 3).astype(np.float32), "b": np.zeros((0, 0), np.float32)}
+    for binary in (True, False):
+        path = tmp_path / f"m{int(binary)}.ark"
+        writer = TableWriter(f"ark{'' if binary else ',t'}:{path}", MATRIX_HOLDER)
+        for key, m in mats.items():
+            writer.write(key, m)
+        writer.close()
+        code = ("import sys; from pynnet3.io.table import MATRIX_HOLDER, SequentialTableReader\n"
+                f"with SequentialTableReader('ark:{path}', MATRIX_HOLDER) as r:\n"
+                "    assert len(list(r)) == 2\n"
+                "print('pynnet3.io.general_matrix' in sys.modules)")
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert p.returncode == 0 and p.stdout.strip() == "False", (p.stdout, p.stderr)
+        got = read(f"ark:{path}", MATRIX_HOLDER)
+        want = {k: g.to_matrix() for k, g in read(f"ark:{path}", GENERAL_MATRIX_HOLDER).items()}
+        assert list(got) == list(want)
+        for key, value in got.items():
+            assert value.dtype == np.float32 and value.flags.c_contiguous
+            np.testing.assert_array_equal(value, want[key])
+    compressed = GeneralMatrix(CompressedMatrix.from_matrix(mats["a"]))
+    writer = TableWriter(f"ark:{tmp_path / 'c.ark'}", GENERAL_MATRIX_HOLDER)
+    writer.write("c", compressed)
+    writer.close()
+    np.testing.assert_array_equal(read(f"ark:{tmp_path / 'c.ark'}", MATRIX_HOLDER)["c"],
+                                  compressed.to_matrix())

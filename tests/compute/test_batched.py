@@ -229,6 +229,230 @@ def test_set_output_buffer(tiny: Nnet) -> None:
         np.testing.assert_array_equal(got, want)
 
 
+def test_deferred_output_buffer(tiny: Nnet) -> None:
+    """A DeferredBuffer is asked for its array once, while the computation
+    runs (when it allocates the output), not when it is set; the output lands
+    in that array with the values of a computer that allocates it; an array
+    of the wrong shape is an error."""
+    from pynnet3.compute.computer import DeferredBuffer, NnetComputeOptions, NnetComputer
+    from pynnet3.errors import PynnetError
+
+    rng = np.random.RandomState(8)
+    opts = NnetSimpleComputationOptions(frames_per_chunk=6, frame_subsampling_factor=3)
+    dec = DecodableNnetSimple(opts, tiny, None, rng.randn(30, 3).astype(np.float32),
+                              new_compiler(tiny, opts), ivector=rng.randn(2).astype(np.float32))
+    chunk = dec.chunk_inputs(0)
+    shape = ChunkShape(chunk.input_t_start - chunk.output_t_start, chunk.input_feats.shape[0],
+                       True, chunk.num_subsampled_frames)
+    computation = dec.compiler.compile(multi_chunk_request(shape, 1, 3))
+
+    def computer() -> NnetComputer:
+        return NnetComputer(NnetComputeOptions(), computation, tiny)
+
+    def run(c: NnetComputer) -> None:
+        c.accept_input("input", chunk.input_feats)
+        c.accept_input("ivector", chunk.ivector.reshape(1, -1))
+        c.run()
+
+    plain = computer()
+    run(plain)
+    want = plain.get_output("output")
+    target = np.full(want.shape, 7.0, np.float32)
+    asked: list[int] = []
+    deferred = computer()
+
+    def give() -> np.ndarray:
+        asked.append(deferred.program_counter)
+        return target
+
+    assert deferred.set_output_buffer("output", DeferredBuffer(want.shape, give))
+    assert not asked
+    run(deferred)
+    assert len(asked) == 1 and asked[0] > 0
+    got = deferred.get_output("output")
+    assert got is target
+    np.testing.assert_array_equal(got, want)
+    # The wrong shape up front is refused; a wrong array at allocation is an error.
+    assert not computer().set_output_buffer(
+        "output", DeferredBuffer((want.shape[0] + 1, want.shape[1]), give))
+    wrong = computer()
+    assert wrong.set_output_buffer("output", DeferredBuffer(
+        want.shape, lambda: np.zeros((want.shape[0] + 1, want.shape[1]), np.float32)))
+    with pytest.raises(PynnetError):
+        run(wrong)
+
+
+def test_utterance_output_taken_when_its_first_piece_allocates_it(tiny: Nnet) -> None:
+    """ChunkBatchComputer takes an utterance's output pages while the first
+    piece's computation runs (when it allocates its output), not before it
+    starts: a worker thread that starts an utterance while the one before is
+    still being written then gets the written one's pages back."""
+    import sys
+
+    from pynnet3.compute.computer import NnetComputer
+
+    rng = np.random.RandomState(9)
+    opts = NnetSimpleComputationOptions(frames_per_chunk=6, frame_subsampling_factor=3)
+    compiler = new_compiler(tiny, opts)
+    batcher = ChunkBatchComputer(4)
+    pages = batcher.output_pages
+    original = pages.matrix
+    running: list[bool] = []
+
+    def matrix(num_rows: int, num_cols: int) -> np.ndarray:
+        frame, inside = sys._getframe(1), False
+        while frame is not None:
+            inside = inside or frame.f_code is NnetComputer.run.__code__
+            frame = frame.f_back
+        running.append(inside)
+        return original(num_rows, num_cols)
+
+    pages.matrix = matrix  # type: ignore[method-assign]
+    feats = rng.randn(200, 3).astype(np.float32)
+    ivector = rng.randn(2).astype(np.float32)
+    want = DecodableNnetSimple(opts, tiny, None, feats, compiler, ivector=ivector) \
+        .get_all_output()
+    got = batcher.get_all_output(DecodableNnetSimple(opts, tiny, None, feats, compiler,
+                                                     ivector=ivector))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert running == [True]
+
+
+def test_scratch_buffer_lends_its_end() -> None:
+    from pynnet3.compute.computer import ScratchBuffer
+
+    scratch = ScratchBuffer()
+    assert scratch.lend(0, 10) is None                 # (nothing to lend yet)
+    buf = scratch.get(1000)
+    lent = scratch.lend(100, 500)
+    assert lent is not None and lent.size == 500 and np.shares_memory(lent, buf)
+    # (from the offset rounded up to a cache line: 112 elements)
+    assert lent.__array_interface__["data"][0] == buf[112:].__array_interface__["data"][0]
+    assert scratch.lend(700, 10) is None               # (one loan at a time)
+    assert scratch.get(112) is buf                     # below the loan: the buffer itself
+    private = scratch.get(113)                         # reaching the loan: memory of its own
+    assert private.size == 113 and not np.shares_memory(private, buf)
+    assert not scratch.give_back(lent[:-1]) and not scratch.give_back(np.zeros(500, np.float32))
+    assert scratch.give_back(lent.reshape(50, 10))
+    assert scratch.get(1000) is buf
+    assert scratch.lend(995, 10) is None               # (past the end)
+    assert scratch.lend(3, 10) is not None and scratch._lent_from == 16   # (aligned)
+
+
+WIDE_CONFIG = """input-node name=input dim=3
+input-node name=ivector dim=2
+component name=a1 type=AffineComponent input-dim=11 output-dim=64
+component-node name=a1 component=a1 input=Append(Offset(input, -2), input, Offset(input, 1), ReplaceIndex(ivector, t, 0))
+component name=r1 type=RectifiedLinearComponent dim=64
+component-node name=r1 component=r1 input=a1
+component name=a2 type=AffineComponent input-dim=64 output-dim=8
+component-node name=a2 component=a2 input=r1
+component name=r2 type=RectifiedLinearComponent dim=8
+component-node name=r2 component=r2 input=a2
+component name=a3 type=AffineComponent input-dim=8 output-dim=8
+component-node name=a3 component=a3 input=r2
+component name=r3 type=RectifiedLinearComponent dim=8
+component-node name=r3 component=r3 input=a3
+component name=a4 type=AffineComponent input-dim=8 output-dim=4
+component-node name=a4 component=a4 input=r3
+output-node name=output input=a4
+"""
+
+
+def _wide_nnet() -> Nnet:
+    nnet = Nnet()
+    nnet.read_config(WIDE_CONFIG, "wide")
+    rng = np.random.RandomState(10)
+    for name, dims in (("a1", (64, 11)), ("a2", (8, 64)), ("a3", (8, 8)), ("a4", (4, 8))):
+        comp = nnet.get_component(nnet.get_component_index(name))
+        comp.linear_params = rng.randn(*dims).astype(np.float32)
+        comp.bias_params = rng.randn(dims[0]).astype(np.float32)
+    return nnet
+
+
+def test_nnet3_compute_one_thread_borrows_and_hands_back(tmp_path: Path, monkeypatch) -> None:
+    """nnet3_compute with one thread puts every utterance's output in the
+    scratch buffer and hands it back once written (no computation falls back
+    to memory of its own); its archive is byte for byte the two-thread run's
+    (whose outputs have pages of their own)."""
+    from pynnet3.compile.model_io import write_nnet
+    from pynnet3.compute.computer import ScratchBuffer
+    from pynnet3.compute.utterances import Nnet3ComputeConfig, nnet3_compute
+
+    write_nnet(str(tmp_path / "wide.raw"), _wide_nnet(), True)
+    rng = np.random.RandomState(11)
+    feats = {f"utt{i}": rng.randn(100 - 3 * i, 3).astype(np.float32) for i in range(3)}
+    kaldiio.save_ark(str(tmp_path / "feats.ark"), feats)
+    kaldiio.save_ark(str(tmp_path / "ivectors.ark"),
+                     {k: rng.randn(2).astype(np.float32) for k in feats})
+    lends: list[bool] = []
+    own_memory: list[int] = []
+    lend, get = ScratchBuffer.lend, ScratchBuffer.get
+
+    def recording_lend(self: ScratchBuffer, offset: int, num: int) -> Any:
+        lent = lend(self, offset, num)
+        lends.append(lent is not None)
+        return lent
+
+    def recording_get(self: ScratchBuffer, num: int) -> np.ndarray:
+        buf = get(self, num)
+        if buf is not self._buf:
+            own_memory.append(num)
+        return buf
+
+    monkeypatch.setattr(ScratchBuffer, "lend", recording_lend)
+    monkeypatch.setattr(ScratchBuffer, "get", recording_get)
+    outputs = {}
+    for threads in (1, 2):
+        lends.clear()
+        config = Nnet3ComputeConfig(
+            opts=NnetSimpleComputationOptions(frames_per_chunk=20, acoustic_scale=1.0),
+            ivector_rspecifier=f"ark:{tmp_path / 'ivectors.ark'}", use_disk_cache=False,
+            num_threads=threads, minibatch_size=4)
+        out = tmp_path / f"out{threads}.ark"
+        result = nnet3_compute(config, str(tmp_path / "wide.raw"),
+                               f"ark:{tmp_path / 'feats.ark'}", f"ark:{out}")
+        assert result.num_success == 3
+        outputs[threads] = out.read_bytes()
+        assert lends == ([True] * 3 if threads == 1 else [])
+    assert not own_memory
+    assert outputs[1] == outputs[2]
+
+
+def test_outputs_in_scratch_are_identical_and_never_overwritten() -> None:
+    """ChunkBatchComputer(outputs_in_scratch=True) puts an utterance's output
+    in the idle end of the scratch buffer (a network wide at its input,
+    narrow at its output) with the values of the usual path; an output not
+    handed back is left alone by the next utterance, which gets other memory;
+    once handed back, the next utterance borrows the scratch buffer again."""
+    nnet = _wide_nnet()
+    rng = np.random.RandomState(10)
+    opts = NnetSimpleComputationOptions(frames_per_chunk=20)
+    compiler = new_compiler(nnet, opts)
+    ivector = rng.randn(2).astype(np.float32)
+    # (a long piece and a short one: the output fits past what both use)
+    feats = {n: rng.randn(n, 3).astype(np.float32) for n in (100, 97)}
+
+    def decodable(n: int) -> DecodableNnetSimple:
+        return DecodableNnetSimple(opts, nnet, None, feats[n], compiler, ivector=ivector)
+
+    want = {n: ChunkBatchComputer(4).get_all_output(decodable(n)) for n in feats}
+    lending = ChunkBatchComputer(4, outputs_in_scratch=True)
+    first = lending.get_all_output(decodable(100))
+    scratch = lending._scratch()
+    assert np.shares_memory(first, scratch._buf)
+    np.testing.assert_array_equal(first, want[100])
+    second = lending.get_all_output(decodable(97))       # first not handed back
+    np.testing.assert_array_equal(first, want[100])
+    np.testing.assert_array_equal(second, want[97])
+    assert not np.shares_memory(second, scratch._buf)
+    lending.release_output(second)
+    lending.release_output(first)
+    third = lending.get_all_output(decodable(97))
+    assert np.shares_memory(third, scratch._buf)
+    np.testing.assert_array_equal(third, want[97])
+
+
 def test_scratch_plan_is_a_valid_packing(tiny: Nnet) -> None:
     """plan_scratch gives matrices whose lifetimes overlap disjoint ranges of
     the buffer, leaves the inputs and outputs out, and a computer using the

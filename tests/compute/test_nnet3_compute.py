@@ -300,3 +300,56 @@ def test_small_commands_are_understood() -> None:
                 fields, _, archive = parse_compute_command(line)
                 NnetSimpleComputationOptions(**fields)
                 assert (d / archive).exists()
+
+
+# ---------------------------------------------------------------------------
+# Only "output" kept in memory.
+
+TWO_OUTPUTS_CONFIG = """input-node name=input dim=3
+component name=shared type=AffineComponent input-dim=9 output-dim=6
+component-node name=shared component=shared input=Append(Offset(input, -1), input, Offset(input, 1))
+component name=main type=AffineComponent input-dim=6 output-dim=4
+component-node name=main component=main input=shared
+output-node name=output input=main
+component name=xent type=AffineComponent input-dim=12 output-dim=5
+component-node name=xent component=xent input=Append(Offset(shared, -2), shared)
+component name=xent-softmax type=LogSoftmaxComponent dim=5
+component-node name=xent-softmax component=xent-softmax input=xent
+output-node name=output-xent input=xent-softmax
+"""
+
+
+def test_keep_only_output_drops_the_other_branches_quietly(capfd) -> None:
+    """keep_only_output removes the other outputs and what only they use,
+    logs nothing, and leaves the computation of "output" as it was; a
+    network without an "output" node is left alone."""
+    from pynnet3.compute.utterances import keep_only_output
+
+    nnet = Nnet()
+    nnet.read_config(TWO_OUTPUTS_CONFIG, "two")
+    rng = np.random.RandomState(12)
+    for name, dims in (("shared", (6, 9)), ("main", (4, 6)), ("xent", (5, 12))):
+        comp = nnet.get_component(nnet.get_component_index(name))
+        comp.linear_params = rng.randn(*dims).astype(np.float32)
+        comp.bias_params = rng.randn(dims[0]).astype(np.float32)
+    feats = rng.randn(40, 3).astype(np.float32)
+    opts = NnetSimpleComputationOptions(frames_per_chunk=10)
+
+    def output(net: Nnet) -> np.ndarray:
+        return DecodableNnetSimple(opts, net, None, feats, new_compiler(net, opts)) \
+            .get_all_output()
+
+    want = output(nnet)
+    kept = copy.deepcopy(nnet)
+    capfd.readouterr()
+    keep_only_output(kept)
+    assert capfd.readouterr().err == ""
+    assert [kept.node_names[n] for n in range(kept.num_nodes()) if kept.is_output_node(n)] \
+        == ["output"]
+    assert kept.component_names == ["shared", "main"]
+    np.testing.assert_array_equal(output(kept), want)
+    renamed = copy.deepcopy(nnet)
+    renamed.node_names[renamed.get_node_index("output")] = "final"
+    before = (list(renamed.node_names), list(renamed.component_names))
+    keep_only_output(renamed)
+    assert (renamed.node_names, renamed.component_names) == before

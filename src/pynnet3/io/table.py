@@ -656,6 +656,15 @@ class MatrixHolder:
 
     @staticmethod
     def read(r: KaldiReader):
+        # A full matrix (features, network outputs) is read without the
+        # GeneralMatrix module, a quarter megabyte of memory once imported.
+        if r.binary:
+            plain = r.data[r.pos:r.pos + 1] not in (b"C", b"S")
+        else:
+            r._skip_ws()
+            plain = r.data[r.pos:r.pos + 1] != b"r"
+        if plain:
+            return np.ascontiguousarray(r.read_matrix(), dtype=np.float32)
         from .general_matrix import GeneralMatrix, MatrixType
 
         g = GeneralMatrix.read(r)

@@ -98,6 +98,11 @@ def remove_orphan_nodes(nnet: Nnet, remove_orphan_inputs: bool = False) -> None:
 def remove_orphan_components(nnet: Nnet) -> None:
     orphans = set(find_orphan_components(nnet))
     log.log(f"Removing {len(orphans)} orphan components.")
+    remove_some_components(nnet, orphans)
+
+
+def remove_some_components(nnet: Nnet, orphans: "set[int]") -> None:
+    """Removes components that no node uses (renumbering the rest)."""
     if not orphans:
         return
     old2new: dict[int, int] = {}
