@@ -425,38 +425,40 @@ output-node name=output input=a
     assert BulkPlan(nnet_from_config(shallow)).depth == 4
 
 
-def test_deep_network_takes_the_closure_once_numba_is_loaded():
+def test_deep_network_takes_the_closure_once_numba_is_loaded(monkeypatch):
     """With Numba imported, a network at least graph_jit_depth_from nodes
-    deep takes the compiled closure even for a small request (its graph is
-    the NumPy levels' one); with graph_jit_when_loaded off it does not."""
+    deep takes the compiled closure for a small request although no earlier
+    request loaded it (its graph is the NumPy levels' one); a shallower one,
+    or with graph_jit_when_loaded off, keeps the levels."""
+    import types
+
     from pynnet3 import fast_paths
-    from pynnet3.compile.graph import jit_bulk
+    from pynnet3.compile.graph import bulk, jit_bulk
 
-    import importlib
-
-    importlib.import_module("numba")   # (the condition: Numba imported already)
     nnet = nnet_from_config(TDNN)
     request = ComputationRequest(
         inputs=[IoSpecification("input", frames_of(-10, 20))],
         outputs=[IoSpecification("output", [Index(0, t, 0) for t in range(0, 8)])])
     plan = BulkPlan(nnet)
     real = jit_bulk._closure
-    real.compiled    # (materialised before the spy takes its place in the module)
+    real.compiled    # (materialised, so Numba is imported, before the spy takes its place)
+    # ... but as if no earlier request had loaded the closure:
+    monkeypatch.setattr(bulk, "_closure_kernel", types.SimpleNamespace(is_materialised=False))
     calls = []
 
     def spy(*args):
         calls.append(1)
         return real(*args)
 
-    jit_bulk._closure = spy
-    try:
-        with fast_paths.override(graph_jit_depth_from=plan.depth):
-            fast = build_graph_bulk(plan, nnet, request, jit_when_loaded=True)
-            assert len(calls) == 1
-            slow = build_graph_bulk(plan, nnet, request, jit_when_loaded=False)
-            assert len(calls) == 1
-    finally:
-        jit_bulk._closure = real
+    monkeypatch.setattr(jit_bulk, "_closure", spy)
+    with fast_paths.override(graph_jit_depth_from=plan.depth):
+        fast = build_graph_bulk(plan, nnet, request, jit_when_loaded=True)
+        assert len(calls) == 1
+        slow = build_graph_bulk(plan, nnet, request, jit_when_loaded=False)
+        assert len(calls) == 1
+    with fast_paths.override(graph_jit_depth_from=plan.depth + 1):
+        assert build_graph_bulk(plan, nnet, request, jit_when_loaded=True) is not None
+        assert len(calls) == 1
     assert fast is not None and slow is not None
     for name in ("node", "n", "t", "x", "is_input", "dep_offsets", "dep_flat"):
         assert np.array_equal(getattr(fast.arrays, name), getattr(slow.arrays, name)), name
