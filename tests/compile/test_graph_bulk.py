@@ -404,3 +404,61 @@ output-node name=output input=Sum(r, Offset(r, 1))
     for name in ("node", "n", "t", "x", "dep_offsets", "dep_flat"):
         assert np.array_equal(getattr(levels.arrays, name), getattr(closure.arrays, name)), name
     assert int(levels.arrays.t.min()) < 0
+
+
+def test_plan_depth_is_the_longest_node_path():
+    """BulkPlan.depth counts the nodes of the longest dependency path (the
+    number of levels the NumPy builder takes, roughly), skip connections
+    included; a recurrent network is not eligible and gets 0."""
+    # input -> a1's input -> a1 -> r1's input -> r1 -> a2's input -> a2 -> output
+    assert BulkPlan(nnet_from_config(TDNN)).depth == 8
+    skip = TDNN.replace("input=Append(Offset(r1, -3), Offset(r1, 3))",
+                        "input=Append(Offset(r1, -3), Offset(input, 3), input)").replace(
+                            "input-dim=10 output-dim=3", "input-dim=13 output-dim=3")
+    assert BulkPlan(nnet_from_config(skip)).depth == 8
+    shallow = """
+input-node name=input dim=4
+component name=a type=AffineComponent input-dim=8 output-dim=3
+component-node name=a component=a input=Append(Offset(input, -1), input)
+output-node name=output input=a
+"""
+    assert BulkPlan(nnet_from_config(shallow)).depth == 4
+
+
+def test_deep_network_takes_the_closure_once_numba_is_loaded(monkeypatch):
+    """With Numba imported, a network at least graph_jit_depth_from nodes
+    deep takes the compiled closure for a small request although no earlier
+    request loaded it (its graph is the NumPy levels' one); a shallower one,
+    or with graph_jit_when_loaded off, keeps the levels."""
+    import types
+
+    from pynnet3 import fast_paths
+    from pynnet3.compile.graph import bulk, jit_bulk
+
+    nnet = nnet_from_config(TDNN)
+    request = ComputationRequest(
+        inputs=[IoSpecification("input", frames_of(-10, 20))],
+        outputs=[IoSpecification("output", [Index(0, t, 0) for t in range(0, 8)])])
+    plan = BulkPlan(nnet)
+    real = jit_bulk._closure
+    real.compiled    # (materialised, so Numba is imported, before the spy takes its place)
+    # ... but as if no earlier request had loaded the closure:
+    monkeypatch.setattr(bulk, "_closure_kernel", types.SimpleNamespace(is_materialised=False))
+    calls = []
+
+    def spy(*args):
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(jit_bulk, "_closure", spy)
+    with fast_paths.override(graph_jit_depth_from=plan.depth):
+        fast = build_graph_bulk(plan, nnet, request, jit_when_loaded=True)
+        assert len(calls) == 1
+        slow = build_graph_bulk(plan, nnet, request, jit_when_loaded=False)
+        assert len(calls) == 1
+    with fast_paths.override(graph_jit_depth_from=plan.depth + 1):
+        assert build_graph_bulk(plan, nnet, request, jit_when_loaded=True) is not None
+        assert len(calls) == 1
+    assert fast is not None and slow is not None
+    for name in ("node", "n", "t", "x", "is_input", "dep_offsets", "dep_flat"):
+        assert np.array_equal(getattr(fast.arrays, name), getattr(slow.arrays, name)), name

@@ -13,6 +13,7 @@ optimizer.
 """
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import replace
 from pathlib import Path
@@ -122,6 +123,36 @@ def test_find_n_stride_matches_kaldi_port() -> None:
     assert find_n_stride(cindex_array(cix), CINDEX_N_COL) == 0
     cix = [(4, ix) for ix in _layout(2, [0, 1], 1)]
     assert find_n_stride(cindex_array(cix), CINDEX_N_COL) == 1
+
+
+def test_find_n_stride_wide_values_and_cindexes() -> None:
+    """The array path (more rows than n_stride_list_rows) with t and x far
+    apart (negative, near the int32 limits) and cindexes of large node
+    numbers: the rows' other columns are compared exactly, as Kaldi's port."""
+    rng = random.Random(11)
+    big = 2 ** 31 - 5
+    for num_n, inner in ((3, 1), (4, 5), (2, 10), (5, 2)):
+        ts = [-big, -7, 0, 3, big, 12, -100, 40, 41, 2 ** 20]
+        base = [Index(n, t, x) for n, t, x in (
+            (ix.n, ix.t, (ix.t % 3) - 1 if ix.t < 2 ** 20 else -big)
+            for ix in _layout(num_n, ts, inner))]
+        variants = [base]
+        for _ in range(6):
+            d = list(base)
+            i = rng.randrange(len(d))
+            d[i] = Index(d[i].n, d[i].t, d[i].x + rng.choice((1, -1, 2 ** 31 - 1)))
+            variants.append(d)
+        for ixs in variants:
+            ixs = [Index(n, t, max(-2 ** 31, min(2 ** 31 - 1, x))) for n, t, x in ixs]
+            want = _kaldi_find_n_stride(ixs)
+            assert find_n_stride(index_array(ixs), INDEX_N_COL) == want, ixs
+            for node in (0, 7, 2 ** 30):
+                cix = [(node, ix) for ix in ixs]
+                assert find_n_stride(cindex_array(cix), CINDEX_N_COL) == want
+            cix = [(node, ix) for node, ix in zip(itertools.cycle((5, 2 ** 30)), ixs)]
+            # (The port compares whole rows, n first: give it (n, t, x, node).)
+            want_c = _kaldi_find_n_stride([(ix.n, ix.t, ix.x, node) for node, ix in cix])
+            assert find_n_stride(cindex_array(cix), CINDEX_N_COL) == want_c
 
 
 def test_convert_num_n_values_roundtrip() -> None:

@@ -88,13 +88,19 @@ def test_tdnn_reorder_indexes_matches_reference(seed: int) -> None:
 
 # -- GeneralDropoutComponent: mask rows in order of first appearance --------------
 
-def test_first_appearance_numbers() -> None:
-    rng = np.random.default_rng(0)
-    keys = rng.integers(-3, 4, size=(200, 2))
-    count, numbers = first_appearance_numbers(keys)
-    seen: dict[tuple, int] = {}
-    want = [seen.setdefault(tuple(k), len(seen)) for k in keys.tolist()]
-    assert (count, numbers.tolist()) == (len(seen), want)
+@pytest.mark.parametrize("high,dtype,width", [
+    (4, np.int64, 2), (4, np.int32, 1), (3, np.int32, 3),     # few values: the table
+    (5000, np.int64, 2),                                      # a sort of packed keys
+    (2 ** 40, np.int64, 2),                                   # too wide to pack: rows
+])
+def test_first_appearance_numbers(high: int, dtype, width: int) -> None:
+    rng = np.random.default_rng(high + width)
+    for size in (1, 7, 200):
+        keys = rng.integers(-high, high, size=(size, width)).astype(dtype)
+        count, numbers = first_appearance_numbers(keys)
+        seen: dict[tuple, int] = {}
+        want = [seen.setdefault(tuple(k), len(seen)) for k in keys.tolist()]
+        assert (count, numbers.tolist()) == (len(seen), want)
     assert first_appearance_numbers(np.zeros((0, 2), dtype=np.int64))[0] == 0
 
 

@@ -63,11 +63,32 @@ _P_INPUT_CONTIGUOUS = int(Prop.INPUT_CONTIGUOUS)
 _P_OUTPUT_CONTIGUOUS = int(Prop.OUTPUT_CONTIGUOUS)
 
 
+def _stride_rules(nnet: "Nnet") -> list[tuple[int, int] | None]:
+    """Per node, what decides its matrices' stride (Compiler.get_stride_type):
+    (component index, property flag) -- EQUAL_NUM_COLS if the component has
+    the flag (its input must be contiguous, for a component-input node; its
+    output, for a component node) -- or None (always the default stride).
+    The flags themselves are asked at each compilation."""
+    rules: list[tuple[int, int] | None] = []
+    for node_index in range(nnet.num_nodes()):
+        if nnet.is_component_input_node(node_index):
+            rules.append((nnet.nodes[node_index + 1].component_index, _P_INPUT_CONTIGUOUS))
+        elif nnet.is_component_node(node_index):
+            rules.append((nnet.nodes[node_index].component_index, _P_OUTPUT_CONTIGUOUS))
+        else:
+            rules.append(None)
+    return rules
+
+
 @dataclass
 class CompilerOptions:
     """Kaldi's CompilerOptions."""
 
     output_debug_info: bool = True
+
+
+_NO_IDS = np.zeros(0, dtype=np.int64)
+_NO_IDS.flags.writeable = False
 
 
 @dataclass
@@ -294,7 +315,8 @@ class Compiler:
 
     # -- step info -----------------------------------------------------------------
     def get_stride_type(self, node_index: int) -> StrideType:
-        """EQUAL_NUM_COLS where the component wants contiguous input/output."""
+        """EQUAL_NUM_COLS where the component wants contiguous input/output
+        (create_step_info asks the same through _stride_rules)."""
         nnet = self.nnet
         if nnet.is_component_input_node(node_index):
             flag, comp_node = _P_INPUT_CONTIGUOUS, node_index + 1
@@ -316,16 +338,23 @@ class Compiler:
         cindex_node = self._cindex_node
         table = CindexTable(self.graph, nnet.num_nodes())
         step_node = np.zeros(len(by_step), dtype=np.int64)
-        self.steps = [StepInfo() for _ in by_step]
+        # (output_cindex_ids is given: its default would make an array per step.)
+        self.steps = [StepInfo(output_cindex_ids=_NO_IDS) for _ in by_step]
         node_shape: dict[int, tuple[int, StrideType]] = {}
         node_dims = nnet_memo(nnet, "node_dims",
                               lambda n: [n.node_dim(i) for i in range(n.num_nodes())])
+        stride_rules = nnet_memo(nnet, "stride_rules", _stride_rules)
+        # Every step's (n, t, x) rows gathered at once; each step's
+        # output_indexes is a slice (a contiguous view) of them.
+        id_arrays = [np.asarray(ids, dtype=np.int64) for ids in by_step]
+        bounds = np.cumsum([0] + [len(a) for a in id_arrays]).tolist()
+        all_ntx = self._cindex_cols[np.concatenate(id_arrays), 1:]
         for step, ids in enumerate(by_step):
             info = self.steps[step]
-            info.output_cindex_ids = ids_arr = np.asarray(ids, dtype=np.int64)
+            info.output_cindex_ids = ids_arr = id_arrays[step]
             info.segment = step_to_segment[step]
             # Array-backed: Index objects are made only if somebody reads them.
-            info.output_indexes = IndexList(self._cindex_cols[ids_arr, 1:])
+            info.output_indexes = IndexList(all_ntx[bounds[step]:bounds[step + 1]])
             if len(ids) == 0:
                 # The (empty) input step of a component needing no input
                 # (e.g. ConstantFunctionComponent): a placeholder, no commands.
@@ -340,8 +369,11 @@ class Compiler:
             # (A recurrent layer has a step per frame: ask the network once per node.)
             shape = node_shape.get(node_index)
             if shape is None:
-                shape = node_shape[node_index] = (node_dims[node_index],
-                                                  self.get_stride_type(node_index))
+                rule = stride_rules[node_index]
+                stride = (StrideType.EQUAL_NUM_COLS
+                          if rule is not None and self._properties(rule[0]) & rule[1]
+                          else StrideType.DEFAULT)
+                shape = node_shape[node_index] = (node_dims[node_index], stride)
             num_rows, (num_cols, stride) = len(ids), shape
             if node.node_type is not NodeType.DIM_RANGE:
                 info.value = computation.new_matrix(num_rows, num_cols, stride)
@@ -413,14 +445,19 @@ class Compiler:
                 by_node.setdefault(info.node_index, []).append(info)
         jobs: list[tuple] = []
         groups: list[tuple[list[StepInfo], list[int]]] = []
-        for node_index, infos in by_node.items():
+        # The (n, t, x) rows of every group gathered at once, then sliced.
+        group_ids = [infos[0].output_cindex_ids if len(infos) == 1
+                     else np.concatenate([info.output_cindex_ids for info in infos])
+                     for infos in by_node.values()]
+        group_bounds = np.cumsum([0] + [len(ids) for ids in group_ids]).tolist()
+        all_rows = table.index[np.concatenate(group_ids)] if group_ids else None
+        for g, (node_index, infos) in enumerate(by_node.items()):
             desc = self.nnet.nodes[node_index].descriptor
-            ids = np.concatenate([info.output_cindex_ids for info in infos])
             bounds = [0]
             for info in infos:
                 bounds.append(bounds[-1] + len(info.output_cindex_ids))
                 info.input_locations_list = []
-            out_arr = table.index[ids]
+            out_arr = all_rows[group_bounds[g]:group_bounds[g + 1]]
             for p in range(desc.num_parts()):
                 jobs.append((desc.part(p), out_arr))
                 groups.append((infos, bounds))
@@ -643,8 +680,11 @@ class Compiler:
     def output_debug_info(self, computation: NnetComputation) -> None:
         """Which cindexes each matrix holds (for printing and checks)."""
         computation.matrix_debug_info = [MatrixDebugInfo() for _ in computation.matrices]
-        cindex_cols = self._cindex_cols
-        for info in self.steps:
+        # Every step's rows gathered at once; a step's list is a slice (view).
+        steps = self.steps
+        bounds = np.cumsum([0] + [len(info.output_cindex_ids) for info in steps]).tolist()
+        all_cols = self._cindex_cols[np.concatenate([info.output_cindex_ids for info in steps])]
+        for k, info in enumerate(steps):
             if info.value == 0 or not computation.is_whole_matrix(info.value):
                 continue
             value_matrix = computation.submatrices[info.value].matrix_index
@@ -657,7 +697,7 @@ class Compiler:
                 continue  # a dim-range alias covering the whole matrix
             # Array-backed (node, Index) lists, shared by the value and the
             # derivative: the tuples are made only if somebody reads them.
-            dbg.cindexes = CindexList(cindex_cols[info.output_cindex_ids])
+            dbg.cindexes = CindexList(all_cols[bounds[k]:bounds[k + 1]])
             if deriv_matrix != 0:
                 ddbg = computation.matrix_debug_info[deriv_matrix]
                 ddbg.is_deriv = True

@@ -26,7 +26,7 @@ from .. import fast_paths
 from ..nnet.index import Index
 # The array-backed lists live beside the Index type (components use them
 # too); they are re-exported here, where the expander introduced them.
-from ..nnet.index_lists import CindexList, IndexList
+from ..nnet.index_lists import CindexList, IndexList, NTiling
 
 _TUPLE_NEW = tuple.__new__
 _FIRST = operator.itemgetter(0)
@@ -80,8 +80,8 @@ def find_n_stride(arr: np.ndarray, n_col: int, full_check: bool = True) -> int:
     if n[0] != 0 or size % num_n != 0:
         return 0
     # Rows equal to the first row with n = 1: candidates for the stride.
-    others = np.delete(arr, n_col, axis=1)
-    cand = np.all(others == others[0], axis=1) & (n == 1)
+    others = _row_keys(arr, n_col)
+    cand = _rows_equal(others, others[0]) & (n == 1)
     per_n = size // num_n
     if cand[1]:
         n_stride = 1
@@ -137,11 +137,46 @@ def _find_n_stride_small(rows: list[list[int]], n_col: int) -> int:
     return s
 
 
+def _row_keys(arr: np.ndarray, n_col: int) -> np.ndarray:
+    """The rows of an int array [len, k] without column ``n_col``, as one
+    int64 each, equal exactly where those rows are (comparing a column beats
+    comparing rows), when their values fit in 62 bits; else those rows."""
+    other = [j for j in range(arr.shape[1]) if j != n_col]
+    if len(other) == 1:
+        return arr[:, other[0]].astype(np.int64)
+    if len(other) == 2 and arr.dtype.kind == "i" and arr.dtype.itemsize <= 4:
+        # (t, x) of int32 Indexes: t * 2**32 + (x mod 2**32) is one-to-one.
+        return (arr[:, other[0]].astype(np.int64) << 32) | (
+            arr[:, other[1]].astype(np.int64) & 0xFFFFFFFF)
+    if arr.dtype.kind == "i" and len(arr):
+        # (node, t, x) of cindexes: mixed radix over each column's range.
+        cols = [arr[:, j].astype(np.int64) for j in other]
+        lo = [int(c.min()) for c in cols]
+        hi = [int(c.max()) for c in cols]
+        span = 1
+        for a, b in zip(lo, hi):
+            span *= b - a + 1
+        if span < 1 << 62:
+            key = cols[0] - lo[0]
+            for c, a, b in zip(cols[1:], lo[1:], hi[1:]):
+                key *= b - a + 1
+                key += c - a
+            return key
+    return arr[:, other]
+
+
+def _rows_equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row-by-row equality of _row_keys results (broadcasting)."""
+    eq = a == b
+    return eq if eq.ndim == 1 else np.all(eq, axis=-1)
+
+
 def _stride_is_consistent(others: np.ndarray, n: np.ndarray, num_n: int, s: int) -> bool:
-    """Kaldi's checking phase of FindNStride, for every row at once."""
+    """Kaldi's checking phase of FindNStride, for every row at once
+    (``others``: the rows' other columns, as _row_keys gives them)."""
     size = n.shape[0]
     # step_ok[i]: row i+s is row i with n one larger (for 0 <= i < size - s).
-    step_ok = np.all(others[:-s] == others[s:], axis=1) & (n[s:] == n[:-s] + 1) \
+    step_ok = _rows_equal(others[:-s], others[s:]) & (n[s:] == n[:-s] + 1) \
         if s < size else np.zeros(0, dtype=bool)
     pos = np.arange(size)
     # Rows with n < N-1 need their successor at i + s.
@@ -180,6 +215,24 @@ def convert_num_n_values(n_stride: int, old_num_n: int, new_num_n: int,
                          (size_in // old_num_n) * new_num_n)
 
 
+def widened_tiling(n_stride: int, new_num_n: int, arr: np.ndarray, n_col: int
+                   ) -> NTiling | None:
+    """convert_num_n_values(n_stride, 2, new_num_n, arr, n_col) as the
+    :class:`NTiling` that describes it (the list is then made only if
+    somebody reads it, and index hooks can work on the small base), when
+    ``arr`` (n values 0 and 1, n-stride ``n_stride``) has the usual layout:
+    each block's first n_stride rows have n = 0.  Else None."""
+    size = arr.shape[0]
+    zero = np.flatnonzero(arr[:, n_col] == 0)
+    k = len(zero)
+    if not k or 2 * k != size or k % n_stride:
+        return None
+    pos = np.arange(k, dtype=np.int64)
+    if not np.array_equal(zero, (pos // n_stride) * (2 * n_stride) + pos % n_stride):
+        return None
+    return NTiling(np.ascontiguousarray(arr[zero]), new_num_n, n_stride, n_col)
+
+
 def expand_rows_by_n(arr: np.ndarray, n_col: int, n_stride: int, new_row_of_n0: np.ndarray,
                      num_n: int, num_rows_out: int) -> np.ndarray:
     """Rows of an n in {0,1} array placed for ``num_n`` values of n.
@@ -196,6 +249,15 @@ def _place_copies(base: np.ndarray, n_col: int, start: np.ndarray, n_stride: int
                   num_rows_out: int) -> np.ndarray:
     """out[start[i] + k * n_stride] = base[i] with n = k, for k < num_n."""
     k, cols = base.shape
+    if k * num_n == num_rows_out and k % n_stride == 0:
+        # The usual layout: base rows fill each block's first n_stride rows,
+        # block by block.  Then the copies are one broadcast, not a scatter.
+        pos = np.arange(k, dtype=np.int64)
+        if np.array_equal(start, (pos // n_stride) * (n_stride * num_n) + pos % n_stride):
+            out = np.empty((k // n_stride, num_n, n_stride, cols), dtype=base.dtype)
+            out[:] = base.reshape(k // n_stride, 1, n_stride, cols)
+            out[:, :, :, n_col] = np.arange(num_n, dtype=base.dtype)[None, :, None]
+            return out.reshape(num_rows_out, cols)
     ns = np.arange(num_n, dtype=np.int64)
     rows = (start[:, None] + n_stride * ns[None, :]).ravel()
     out = np.empty((num_rows_out, cols), dtype=base.dtype)

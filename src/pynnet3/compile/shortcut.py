@@ -29,7 +29,7 @@ from .computation import (Command, CommandType, MatrixDebugInfo, MatrixInfo, Nne
                           PrecomputedIndexesInfo, SubMatrixInfo)
 from ..nnet.index_lists import CindexList, IndexList
 from .n_stride import (CINDEX_N_COL, INDEX_N_COL, cindex_array, convert_num_n_values,
-                       expand_rows_by_n, find_n_stride, index_array)
+                       expand_rows_by_n, find_n_stride, index_array, widened_tiling)
 from .request import ComputationRequest, IoSpecification
 
 __all__ = ["request_is_decomposable", "expand_computation", "compile_via_shortcut",
@@ -299,7 +299,10 @@ class ComputationExpander:
         n_stride = find_n_stride(arr, INDEX_N_COL, full_check=False)
         if n_stride == 0:
             raise ShortcutError("precomputed indexes lack the regular n structure")
-        ans = IndexList(convert_num_n_values(n_stride, 2, self.num_n_values, arr, INDEX_N_COL))
+        # (As a tiling where the layout allows: made into a list on first use.)
+        tiling = widened_tiling(n_stride, self.num_n_values, arr, INDEX_N_COL)
+        ans = (IndexList.from_tiling(tiling) if tiling is not None else
+               IndexList(convert_num_n_values(n_stride, 2, self.num_n_values, arr, INDEX_N_COL)))
         cache[key] = ans
         return ans
 

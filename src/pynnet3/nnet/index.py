@@ -147,8 +147,42 @@ def first_appearance_numbers(keys: np.ndarray) -> tuple[int, np.ndarray]:
         keys = keys.reshape(-1, 1)
     if len(keys) == 0:
         return 0, np.zeros(0, dtype=np.int64)
-    rows = keys.view(np.dtype((np.void, keys.dtype.itemsize * keys.shape[1]))).ravel()
+    rows, span = _packed_rows(keys)
+    if rows is not None and span <= 4 * len(rows) + 1024:
+        # Few possible values: a table over them instead of a sort.  Writing
+        # the positions in reverse leaves each value's first position.
+        num = len(rows)
+        first_at = np.full(span, num, dtype=np.int64)
+        first_at[rows[::-1]] = np.arange(num - 1, -1, -1, dtype=np.int64)
+        seen = np.flatnonzero(first_at < num)
+        number = np.empty(span, dtype=np.int64)
+        number[seen[np.argsort(first_at[seen], kind="stable")]] = np.arange(len(seen))
+        return len(seen), number[rows]
+    if rows is None:
+        rows = keys.view(np.dtype((np.void, keys.dtype.itemsize * keys.shape[1]))).ravel()
     _, first, inverse = np.unique(rows, return_index=True, return_inverse=True)
     rank = np.empty(len(first), dtype=np.int64)
     rank[np.argsort(first, kind="stable")] = np.arange(len(first))
     return len(first), rank[inverse.reshape(-1)]
+
+
+def _packed_rows(keys: np.ndarray) -> tuple[np.ndarray | None, int]:
+    """The rows of an integer array [len, k] as one int64 each in [0, span),
+    equal exactly where the rows are (mixed radix over each column's range),
+    and span; (None, 0) where the ranges do not fit in 62 bits."""
+    if keys.dtype.kind not in "iu" or (keys.dtype.kind == "u" and keys.dtype.itemsize >= 8):
+        return None, 0
+    # (Column by column, contiguous: a reduction along axis 0 of a narrow
+    # row-major array is several times slower.)
+    cols = np.ascontiguousarray(keys.T, dtype=np.int64)
+    lo, hi = cols.min(axis=1).tolist(), cols.max(axis=1).tolist()
+    total = 1
+    for a, b in zip(lo, hi):
+        total *= b - a + 1
+    if total >= 1 << 62:
+        return None, 0
+    packed = cols[0] - lo[0]
+    for j in range(1, len(cols)):
+        packed *= hi[j] - lo[j] + 1
+        packed += cols[j] - lo[j]
+    return packed, total

