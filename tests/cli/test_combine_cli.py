@@ -46,11 +46,15 @@ def combine_messages(stderr: str) -> list[str]:
     """nnet3-combine's own LOG lines (not those of the egs pipe's programs),
     without the ``LOG (prog[version]:where) `` prefix.  Left out: Kaldi's
     compilation lines (the compiler's timing line, and at --verbose=2 and
-    above the optimizer's memory figures), which pynnet3 does not print."""
+    above the optimizer's memory figures), which pynnet3 does not print, and
+    pynnet3's one-time note that Numba kernels are being compiled (printed
+    only by the first process after an install or a kernel change)."""
     out = []
     for line in stderr.splitlines():
         m = re.match(r"LOG \(nnet3-combine\[[^\]]*\]:([^(]*)\(\):\S*\) (.*)$", line)
         if m is None or m.group(1) in ("~CachingOptimizingCompiler", "Optimize"):
+            continue
+        if m.group(2).startswith("compiling Numba kernels"):
             continue
         out.append(m.group(2))
     return out
