@@ -124,7 +124,8 @@ def test_run_row_blocks_raises_a_blocks_error_and_nests_serially(row_blocks) -> 
     assert inner == [(0, 6)]
 
 
-def test_row_blocks_leave_openblas_right_and_environment_alone(row_blocks) -> None:
+def test_row_blocks_leave_openblas_right_and_environment_alone(row_blocks,
+                                                                monkeypatch) -> None:
     """Starting the pool cuts OpenBLAS's worker spin and restarts its
     workers: products at 2 BLAS threads stay right, and the variable used to
     tell OpenBLAS is not left in the environment (child processes)."""
@@ -134,13 +135,15 @@ def test_row_blocks_leave_openblas_right_and_environment_alone(row_blocks) -> No
     expected = a.astype(np.float64) @ a.T.astype(np.float64)
     threads.set_blas_threads(2)
     threads.set_row_threads(3)
-    user_value = os.environ.get("OPENBLAS_THREAD_TIMEOUT")
+    monkeypatch.setattr(threads, "_spin_shortened", False)   # (another test may have)
+    monkeypatch.delenv("OPENBLAS_THREAD_TIMEOUT", raising=False)
     try:
         np.testing.assert_allclose(a @ a.T, expected, rtol=1e-4, atol=1e-3)
         threads.run_row_blocks(lambda b, e: None, 8, 8)
         for _ in range(3):
             np.testing.assert_allclose(a @ a.T, expected, rtol=1e-4, atol=1e-3)
-        assert os.environ.get("OPENBLAS_THREAD_TIMEOUT") == user_value
+        assert threads._spin_shortened
+        assert "OPENBLAS_THREAD_TIMEOUT" not in os.environ
     finally:
         threads.set_blas_threads(threads.available_cores())
 

@@ -25,10 +25,10 @@ Numba is already imported.  The binaries spend the budget on work that
 scales without barriers (``nnet3-compute``: one utterance per worker thread,
 each with single-threaded BLAS; see ``compute/utterances.py``) and keep
 BLAS threads for callers whose products are large enough to profit.  With
-more than one BLAS thread, OpenBLAS's idle workers are told to stop spinning
-soon after a product, and the large row-wise operations between products
+more than one BLAS thread, the large row-wise operations between products
 (log-softmax, ReLU backprop) are split by rows between the same number of
-threads (:func:`run_row_blocks`, same bits as one block).
+threads (:func:`run_row_blocks`, same bits as one block), and OpenBLAS's idle
+workers are then told to stop spinning soon after a product.
 """
 from __future__ import annotations
 
@@ -159,8 +159,6 @@ def set_blas_threads(num_threads: int) -> dict[str, int]:
         except Exception:  # (a Numba without a threading layer: nothing to set)
             pass
     set_row_threads(num_threads)
-    if num_threads > 1 and threading.current_thread() is threading.main_thread():
-        _shorten_blas_spin()
     return ans
 
 
@@ -238,22 +236,25 @@ def limit_malloc_arenas(num_arenas: int) -> bool:
 # sleep on a queue (no spinning), started on first use.
 #
 # OpenBLAS's own workers were the other obstacle.  After each product they
-# spin for 2^28 TSC ticks (about 0.1 s) waiting for the next one: a row
-# block then waits for the scheduler to take the core from the spinner (two
-# threads gained nothing on log-softmax right after a product, 2x without
-# the product before it), and on a machine whose cores are shared the
-# spinner takes CPU from the other processes and from this one's own main
-# thread.  So whenever more than one BLAS thread is set (and when the pool
-# starts), the spin of OpenBLAS's idle workers is cut to
-# ROW_BLOCKS_BLAS_SPIN (2^17 ticks, tens of microseconds: enough to bridge
-# the Python between two products, short enough to give the core back
-# before a row block needs it; measured: 51 ms of CPU burnt in a 50 ms
-# sleep after a product before, under 2 ms after), unless the user set
-# OPENBLAS_THREAD_TIMEOUT.
+# busy-wait (a loop of nops, no yield) for 2^28 TSC ticks, about 0.1 s, for
+# the next one: a row block right after a product waits for the scheduler to
+# take the core from the spinner (measured: two threads gained nothing on
+# log-softmax right after a product, 2x without the product before it).  So
+# when the pool starts, the spin of OpenBLAS's idle workers is cut to
+# ROW_BLOCKS_BLAS_SPIN (2^17 ticks, about 50 us: enough to bridge the Python
+# between two products of one component; after a product, a 50 ms sleep
+# burnt 51 ms of CPU before, under 2 ms after), unless the user set
+# OPENBLAS_THREAD_TIMEOUT.  The price is a wake-up of the worker at the
+# first product of each component (the gaps between components are 0.2-1 ms
+# at minibatch 16, 1-7 ms at 128): hence the pool, and the cut, only for
+# work of at least ROW_BLOCKS_MIN_ELEMENTS, which a minibatch of 128 x 8
+# frames has (log-softmax over 2000 outputs: 2M elements) and one of 16 x 8
+# does not.
 
 #: Row-block work is split only for at least this many elements (below it,
-#: handing a block to a thread costs more than it saves).
-ROW_BLOCKS_MIN_ELEMENTS = 1 << 17
+#: handing a block to a thread, and waking OpenBLAS's workers for each
+#: product, cost more than it saves).
+ROW_BLOCKS_MIN_ELEMENTS = 1 << 19
 
 #: OpenBLAS's idle-worker spin after a product, log2 of TSC ticks (its
 #: default is 28).
@@ -324,11 +325,11 @@ def _shorten_blas_spin() -> None:
 
 
 def _start_pool(num_workers: int) -> None:
-    if not _pool:
-        # Only the main thread, before any worker of ours exists, stops
-        # OpenBLAS's workers (no other thread of ours is in a product then).
-        if threading.current_thread() is threading.main_thread():
-            _shorten_blas_spin()
+    # Only the main thread stops OpenBLAS's workers (once): our pool's
+    # workers are idle here, and with more than one row thread no other
+    # thread of pynnet3's computes.
+    if threading.current_thread() is threading.main_thread():
+        _shorten_blas_spin()
     while len(_pool) < num_workers:
         tasks: "queue.SimpleQueue" = queue.SimpleQueue()
         threading.Thread(target=_worker, args=(tasks,), name=f"pynnet3-rows-{len(_pool)}",
