@@ -201,3 +201,28 @@ def test_relu_backprop_row_blocks_give_numpys_bits(row_blocks, monkeypatch) -> N
         with np.errstate(invalid="ignore"):
             comp.backprop("", None, None, y, d, None, None, g)
         np.testing.assert_array_equal(g.view(np.int32), expected.view(np.int32))
+
+
+def test_row_blocks_work_in_a_forked_child(row_blocks) -> None:
+    """The pool's threads are not copied by fork: a child starts its own."""
+    import os
+    import signal
+
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork here")
+    threads.run_row_blocks(lambda b, e: None, 6, 6)      # the parent's pool exists
+    pid = os.fork()
+    if pid == 0:                                          # the child
+        signal.alarm(20)                                  # a hang fails instead of blocking
+        try:
+            out = np.zeros(6)
+
+            def fill(b: int, e: int) -> None:
+                out[b:e] = 1.0
+
+            threads.run_row_blocks(fill, 6, 6)
+            os._exit(0 if out.sum() == 6.0 else 1)
+        except BaseException:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0

@@ -282,6 +282,18 @@ def set_row_threads(num_threads: int) -> None:
     _row_threads = max(1, int(num_threads))
 
 
+def _forget_pool() -> None:
+    """In a forked child: the pool's threads were not copied, so it starts
+    afresh (on first use) rather than queue blocks nobody reads."""
+    global _pool_lock
+    _pool.clear()
+    _pool_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
 def _worker(tasks: "queue.SimpleQueue") -> None:
     while True:
         fn, begin, end, done = tasks.get()
