@@ -24,19 +24,26 @@ found in the loaded shared objects with ctypes; Numba's pool is set too when
 Numba is already imported.  The binaries spend the budget on work that
 scales without barriers (``nnet3-compute``: one utterance per worker thread,
 each with single-threaded BLAS; see ``compute/utterances.py``) and keep
-BLAS threads for callers whose products are large enough to profit.
+BLAS threads for callers whose products are large enough to profit.  With
+more than one BLAS thread, the large row-wise operations between products
+(log-softmax, ReLU backprop) are split by rows between the same number of
+threads (:func:`run_row_blocks`, same bits as one block), and OpenBLAS's idle
+workers are then told to stop spinning soon after a product.
 """
 from __future__ import annotations
 
 import ctypes
 import importlib
 import os
+import queue
 import sys
-from typing import Iterator
+import threading
+from typing import Callable, Iterator
 
 __all__ = ["THREAD_ENV_VARS", "available_cores", "env_num_threads", "limit_malloc_arenas",
            "resolve_num_threads",
-           "set_blas_threads", "use_blas_threads", "blas_libraries"]
+           "set_blas_threads", "use_blas_threads", "blas_libraries",
+           "row_threads", "set_row_threads", "run_row_blocks", "ROW_BLOCKS_MIN_ELEMENTS"]
 
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                    "NUMBA_NUM_THREADS")
@@ -151,6 +158,7 @@ def set_blas_threads(num_threads: int) -> dict[str, int]:
             numba.set_num_threads(min(num_threads, numba.config.NUMBA_NUM_THREADS))
         except Exception:  # (a Numba without a threading layer: nothing to set)
             pass
+    set_row_threads(num_threads)
     return ans
 
 
@@ -207,3 +215,174 @@ def limit_malloc_arenas(num_arenas: int) -> bool:
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
     return bool(mallopt(_M_ARENA_MAX, max(1, int(num_arenas))))
+
+
+# ---------------------------------------------------------------------------
+# Row blocks: the large elementwise and row-wise operations of training
+# (log-softmax and its backprop, ReLU) split by rows between the threads of
+# the budget.
+#
+# Why this way.  With BLAS threads the products scale (OpenBLAS splits them
+# well above ~64^3 multiply-adds), and what stays on one core is the NumPy
+# work between them: about 15% of a plain-SGD minibatch at one thread, which
+# is why two threads gave 1.63x where PyTorch (which parallelises its
+# elementwise ops with OpenMP) gets 1.89x.  A row of these operations is
+# computed independently of the others, so NumPy's own code run on blocks of
+# rows gives the same bits as on the whole matrix; NumPy releases the GIL in
+# its loops, so plain threads run the blocks at once.  (A Numba kernel would
+# not: its expf and sums differ from NumPy's in the last bit.)
+#
+# The pool is the budget's threads less the caller: worker threads that
+# sleep on a queue (no spinning), started on first use.
+#
+# OpenBLAS's own workers were the other obstacle.  After each product they
+# busy-wait (a loop of nops, no yield) for 2^28 TSC ticks, about 0.1 s, for
+# the next one: a row block right after a product waits for the scheduler to
+# take the core from the spinner (measured: two threads gained nothing on
+# log-softmax right after a product, 2x without the product before it).  So
+# when the pool starts, the spin of OpenBLAS's idle workers is cut to
+# ROW_BLOCKS_BLAS_SPIN (2^17 ticks, about 50 us: enough to bridge the Python
+# between two products of one component; after a product, a 50 ms sleep
+# burnt 51 ms of CPU before, under 2 ms after), unless the user set
+# OPENBLAS_THREAD_TIMEOUT.  The price is a wake-up of the worker at the
+# first product of each component (the gaps between components are 0.2-1 ms
+# at minibatch 16, 1-7 ms at 128): hence the pool, and the cut, only for
+# work of at least ROW_BLOCKS_MIN_ELEMENTS, which a minibatch of 128 x 8
+# frames has (log-softmax over 2000 outputs: 2M elements) and one of 16 x 8
+# does not.
+
+#: Row-block work is split only for at least this many elements (below it,
+#: handing a block to a thread, and waking OpenBLAS's workers for each
+#: product, cost more than it saves).
+ROW_BLOCKS_MIN_ELEMENTS = 1 << 19
+
+#: OpenBLAS's idle-worker spin after a product, log2 of TSC ticks (its
+#: default is 28).
+ROW_BLOCKS_BLAS_SPIN = 17
+
+_row_threads: int | None = None      # None: not set yet (env_num_threads() or 1)
+_pool: "list[queue.SimpleQueue]" = []
+_pool_lock = threading.Lock()
+_spin_shortened = False
+
+
+def row_threads() -> int:
+    """Threads that :func:`run_row_blocks` uses: the count last given to
+    :func:`set_blas_threads` (or :func:`set_row_threads`), else the thread
+    variables the user set, else 1 (as the BLAS: binaries start with one)."""
+    global _row_threads
+    if _row_threads is None:
+        _row_threads = env_num_threads() or 1
+    return _row_threads
+
+
+def set_row_threads(num_threads: int) -> None:
+    """Sets the threads of :func:`run_row_blocks` (workers start on first use)."""
+    global _row_threads
+    _row_threads = max(1, int(num_threads))
+
+
+def _forget_pool() -> None:
+    """In a forked child: the pool's threads were not copied, so it starts
+    afresh (on first use) rather than queue blocks nobody reads."""
+    global _pool_lock
+    _pool.clear()
+    _pool_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
+def _worker(tasks: "queue.SimpleQueue") -> None:
+    while True:
+        fn, begin, end, done = tasks.get()
+        try:
+            fn(begin, end)
+            done.put(None)
+        except BaseException as e:  # noqa: BLE001 (handed to the caller, which raises it)
+            done.put(e)
+
+
+def _shorten_blas_spin() -> None:
+    """Cuts the spin of OpenBLAS's idle workers (see above) in every loaded
+    OpenBLAS that lets it be changed at run time: the variable is read again
+    (``openblas_read_env``) and the workers are stopped
+    (``blas_thread_shutdown_``); OpenBLAS starts them again, with the new
+    spin, at its next threaded product."""
+    global _spin_shortened
+    if _spin_shortened or os.environ.get("OPENBLAS_THREAD_TIMEOUT"):
+        return                    # done, or the user's choice stands
+    _spin_shortened = True
+    os.environ["OPENBLAS_THREAD_TIMEOUT"] = str(ROW_BLOCKS_BLAS_SPIN)
+    try:
+        for path in _loaded_library_paths():
+            try:
+                lib = ctypes.CDLL(path, mode=getattr(os, "RTLD_NOLOAD", 0))
+            except OSError:
+                continue
+            read_env = getattr(lib, "openblas_read_env", None)
+            shutdown = getattr(lib, "blas_thread_shutdown_", None)
+            if read_env is None or shutdown is None:
+                continue
+            read_env.restype = None
+            read_env.argtypes = []
+            shutdown.restype = ctypes.c_int
+            shutdown.argtypes = []
+            read_env()
+            shutdown()
+    finally:
+        # (child processes keep OpenBLAS's default)
+        del os.environ["OPENBLAS_THREAD_TIMEOUT"]
+
+
+def _start_pool(num_workers: int) -> None:
+    # Only the main thread stops OpenBLAS's workers (once): our pool's
+    # workers are idle here, and with more than one row thread no other
+    # thread of pynnet3's computes.
+    if threading.current_thread() is threading.main_thread():
+        _shorten_blas_spin()
+    while len(_pool) < num_workers:
+        tasks: "queue.SimpleQueue" = queue.SimpleQueue()
+        threading.Thread(target=_worker, args=(tasks,), name=f"pynnet3-rows-{len(_pool)}",
+                         daemon=True).start()
+        _pool.append(tasks)
+
+
+def run_row_blocks(fn: Callable[[int, int], None], num_rows: int, num_elements: int,
+                   min_elements: int | None = None) -> None:
+    """Calls ``fn(begin, end)`` on blocks of ``range(num_rows)`` that together
+    cover it once: one block (``fn(0, num_rows)``) with one thread, for fewer
+    than ``min_elements`` (default :data:`ROW_BLOCKS_MIN_ELEMENTS`; more for
+    cheap operations) elements of work, or when another
+    thread is using the pool; else one block per thread of
+    :func:`row_threads`, the caller's own block computed by the caller.
+    ``fn`` must give the same result whatever the blocks (its rows computed
+    independently); an exception in a block is raised here after all blocks
+    have finished."""
+    n = row_threads()
+    if min_elements is None:
+        min_elements = ROW_BLOCKS_MIN_ELEMENTS
+    if n > 1 and num_elements >= min_elements and num_rows >= 2 \
+            and _pool_lock.acquire(blocking=False):
+        try:
+            n = min(n, num_rows)
+            _start_pool(n - 1)
+            bounds = [num_rows * i // n for i in range(n + 1)]
+            done: "queue.SimpleQueue" = queue.SimpleQueue()
+            for i in range(1, n):
+                _pool[i - 1].put((fn, bounds[i], bounds[i + 1], done))
+            error = None
+            try:
+                fn(bounds[0], bounds[1])
+            except BaseException as e:  # noqa: BLE001 (raised once the others are done)
+                error = e
+            for _ in range(1, n):
+                e = done.get()
+                error = error or e
+            if error is not None:
+                raise error
+        finally:
+            _pool_lock.release()
+        return
+    fn(0, num_rows)

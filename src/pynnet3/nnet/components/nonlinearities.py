@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ...threads import run_row_blocks
 from ...io.kaldi_io import KaldiReader, KaldiWriter, f32
 from ..config_line import ConfigLine
 from .base import (Component, InOutDimComponent, Prop, expect_or_error, fmt_g, register, rng,
@@ -378,6 +379,12 @@ class TanhComponent(NonlinearComponent):
         self.store_stats_internal(out_value, deriv)
 
 
+#: A ReLU backprop (a fraction of a nanosecond per element) is split between
+#: threads only from this size: below it, handing a block to a thread costs
+#: about what it saves (pynnet3.threads.run_row_blocks).
+RELU_ROW_BLOCKS_MIN_ELEMENTS = 1 << 20
+
+
 @register
 class RectifiedLinearComponent(NonlinearComponent):
     """Kaldi's RectifiedLinearComponent: ``y = max(0, x)`` element-wise, with self-repair."""
@@ -404,7 +411,12 @@ class RectifiedLinearComponent(NonlinearComponent):
                  to_update: Component | None, in_deriv: np.ndarray | None) -> None:
         if in_deriv is None:
             return
-        in_deriv[...] = (out_value > 0).astype(F32) * out_deriv
+        # in_deriv = (y > 0) * out_deriv, one pass per block of rows: the
+        # mask is cast to 1.0/0.0 inside the multiply, the same float
+        # products as multiplying by a float copy of it.
+        run_row_blocks(lambda b, e: np.multiply(out_deriv[b:e], out_value[b:e] > 0,
+                                                out=in_deriv[b:e]),
+                       in_deriv.shape[0], in_deriv.size, RELU_ROW_BLOCKS_MIN_ELEMENTS)
         if isinstance(to_update, RectifiedLinearComponent):
             self._repair_gradients(in_deriv, to_update)
             to_update.store_backprop_stats(out_deriv)
@@ -493,6 +505,14 @@ class LogSoftmaxComponent(NonlinearComponent):
         return self._PROPS
 
     def propagate(self, indexes: Any, in_value: np.ndarray, out_value: np.ndarray) -> Any:
+        # Each row on its own: blocks of rows go to the thread budget's
+        # threads (the same bits as one block; pynnet3.threads.run_row_blocks).
+        run_row_blocks(lambda b, e: self._propagate_rows(in_value[b:e], out_value[b:e]),
+                       out_value.shape[0], out_value.size)
+        return None
+
+    @staticmethod
+    def _propagate_rows(in_value: np.ndarray, out_value: np.ndarray) -> None:
         # Kaldi's ApplyLogSoftMax per row: x - max, then minus the log of the
         # sequential float sum of exp; written in out_value, no temporaries
         # but exp's.  (x + (-l) and x - l round identically.)
@@ -505,7 +525,6 @@ class LogSoftmaxComponent(NonlinearComponent):
         else:
             total = seq_sum_f32(np.exp(x), axis=1)
         x -= np.log(total)[:, None]
-        return None
 
     def backprop(self, debug_info: str, indexes: Any, in_value: np.ndarray | None,
                  out_value: np.ndarray | None, out_deriv: np.ndarray, memo: Any,
@@ -514,10 +533,18 @@ class LogSoftmaxComponent(NonlinearComponent):
             to_update.store_backprop_stats(out_deriv)
         if in_deriv is None:
             return
-        e_sum = out_deriv.sum(axis=1, dtype=F32)
         if np.may_share_memory(in_deriv, out_deriv) or np.may_share_memory(in_deriv, out_value):
+            e_sum = out_deriv.sum(axis=1, dtype=F32)
             in_deriv[...] = out_deriv - np.exp(out_value) * e_sum[:, None]
             return
+        run_row_blocks(lambda b, e: self._backprop_rows(out_value[b:e], out_deriv[b:e],
+                                                        in_deriv[b:e]),
+                       in_deriv.shape[0], in_deriv.size)
+
+    @staticmethod
+    def _backprop_rows(out_value: np.ndarray, out_deriv: np.ndarray,
+                       in_deriv: np.ndarray) -> None:
+        e_sum = out_deriv.sum(axis=1, dtype=F32)
         # out_deriv - exp(out_value) * e_sum, built in in_deriv (Kaldi's
         # DiffLogSoftmaxPerRow on the CPU does the same steps).
         np.exp(out_value, out=in_deriv)
