@@ -94,3 +94,28 @@ def test_binary_matrix_bytes_unchanged_for_any_shape() -> None:
                 + b"\x04" + np.int32(cols).tobytes()
             body = np.ascontiguousarray(mat, dtype="<f8" if double else "<f4").tobytes()
             assert w.getvalue() == head + body
+
+
+def test_train_run_leaves_numpy_random_out(tmp_path) -> None:
+    """A whole nnet3-train run on a model with no dropout (the ReLU and
+    softmax stats sampling draws only small integers) never imports
+    numpy.random and its hashing modules (~10 ms of start-up): the light
+    generator draws them (and was used: its state moved on)."""
+    from tests.helpers import reference_dir
+
+    case = reference_dir("train/affine_xent/0.raw", "train/affine_xent/merged.ark") \
+        / "train" / "affine_xent"
+    code = f"""
+import sys
+from pynnet3.cli.train import command
+from pynnet3.cli.common import run
+import pynnet3.nnet.components.base as base
+status = run(command, "nnet3-train", ["--srand=1", {str(case / '0.raw')!r},
+                                      "ark:{case / 'merged.ark'}", {str(tmp_path / 'out.raw')!r}])
+moved = base._RNG is not None and base._RNG._state != type(base._RNG)(1)._state
+print(status, moved, [m for m in ("numpy.random", "secrets", "hmac", "_hashlib")
+                      if m in sys.modules])
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "0 True []", p.stdout + p.stderr
