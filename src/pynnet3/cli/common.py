@@ -295,6 +295,9 @@ def run(command: click.Command, prog: str, argv: Sequence[str] | None = None) ->
 def _run(command: click.Command, prog: str, argv: Sequence[str] | None) -> int:
     if argv is None:
         argv = sys.argv[1:]
+    from . import resume_startup_gc
+
+    resume_startup_gc()
     log.set_program_name(prog)
     if sys.stdout is None:
         sys.stdout = _ClosedStdout()  # type: ignore[assignment]
