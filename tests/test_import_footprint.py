@@ -115,7 +115,10 @@ status = run(command, "nnet3-train", ["--srand=1", {str(case / '0.raw')!r},
 moved = base._RNG is not None and base._RNG._state != type(base._RNG)(1)._state
 print(status, moved, [m for m in ("numpy.random", "secrets", "hmac", "_hashlib")
                       if m in sys.modules])
+import pynnet3.numba_cache, pynnet3.train.cache_file
+# tempfile (and random behind it) only where a cache directory is made
+print(hasattr(pynnet3.numba_cache, "tempfile"), hasattr(pynnet3.train.cache_file, "tempfile"))
 """
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
-    assert p.stdout.strip() == "0 True []", p.stdout + p.stderr
+    assert p.stdout.strip().splitlines() == ["0 True []", "False False"], p.stdout + p.stderr
