@@ -113,7 +113,8 @@ import pynnet3.nnet.components.base as base
 status = run(command, "nnet3-train", ["--srand=1", {str(case / '0.raw')!r},
                                       "ark:{case / 'merged.ark'}", {str(tmp_path / 'out.raw')!r}])
 moved = base._RNG is not None and base._RNG._state != type(base._RNG)(1)._state
-print(status, moved, [m for m in ("numpy.random", "secrets", "hmac", "_hashlib")
+# (locale: click's --help option made without a gettext lookup)
+print(status, moved, [m for m in ("numpy.random", "secrets", "hmac", "_hashlib", "locale")
                       if m in sys.modules])
 import pynnet3.numba_cache, pynnet3.train.cache_file
 # tempfile (and random behind it) only where a cache directory is made

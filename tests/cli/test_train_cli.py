@@ -263,3 +263,19 @@ print(paused, seen, gc.isenabled(), status)
         p = subprocess.run([sys.executable, "-c", code, argv0], capture_output=True, text=True)
         assert p.returncode == 0, p.stderr
         assert p.stdout.strip().splitlines()[-1] == f"{paused} [True] True 0", (argv0, p.stdout)
+
+
+def test_help_option_is_clicks_own() -> None:
+    """KaldiCommand makes the --help option itself (without click's gettext
+    lookup): same flag, same text, eager, and the same one on every parse."""
+    import click
+
+    from pynnet3.cli.train import command
+
+    ctx = click.Context(command)
+    opt = command.get_help_option(ctx)
+    assert opt is command.get_help_option(ctx)
+    assert opt.opts == ["--help"] and opt.is_flag and opt.is_eager and not opt.expose_value
+    assert opt.help == "Show this message and exit."
+    record = opt.get_help_record(ctx)
+    assert record == ("--help", "Show this message and exit.")
