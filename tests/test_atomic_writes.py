@@ -176,3 +176,67 @@ def test_unclosed_atomic_file_is_removed_when_dropped(tmp_path: Path) -> None:
     f.write(b"partial")
     del f
     assert os.listdir(tmp_path) == []
+
+
+def _small_nnet():
+    from pynnet3.nnet.nnet import Nnet
+
+    nnet = Nnet()
+    nnet.read_config(
+        "input-node name=input dim=300\n"
+        "component name=a type=NaturalGradientAffineComponent input-dim=300 output-dim=400\n"
+        "component-node name=a component=a input=input\n"
+        "output-node name=output input=a\n")
+    comp = nnet.get_component(0)      # the same values in every process
+    comp.linear_params[...] = np.sin(np.arange(comp.linear_params.size)).reshape(
+        comp.linear_params.shape)
+    comp.bias_params[...] = np.cos(np.arange(comp.bias_params.size))
+    return nnet
+
+
+@pytest.mark.parametrize("binary", [True, False])
+def test_model_written_in_pieces_is_the_joined_bytes(tmp_path: Path, binary: bool) -> None:
+    """write_nnet hands the model's pieces (large matrices as views) to the
+    file, the pipe or stdout without joining them: the bytes are those of
+    nnet_bytes, the old single buffer, wherever they go."""
+    from pynnet3.compile.model_io import nnet_bytes, write_nnet
+    from pynnet3.io.kaldi_io import KaldiWriter, kaldi_object_parts
+
+    nnet = _small_nnet()
+    want = nnet_bytes(nnet, binary)
+    w = KaldiWriter(binary)
+    nnet.write(w)
+    parts = kaldi_object_parts(w)
+    if binary:
+        assert any(isinstance(p, memoryview) for p in parts)     # a view, not a copy
+    assert b"".join(parts) == want
+    (tmp_path / "m.raw").write_bytes(b"previous model")
+    write_nnet(str(tmp_path / "m.raw"), nnet, binary)
+    write_nnet(f"| cat > {tmp_path / 'p.raw'}", nnet, binary)
+    assert (tmp_path / "m.raw").read_bytes() == want
+    assert (tmp_path / "p.raw").read_bytes() == want
+    code = ("import sys; from tests.test_atomic_writes import _small_nnet; "
+            "from pynnet3.compile.model_io import write_nnet; "
+            f"write_nnet('-', _small_nnet(), {binary})")
+    p = subprocess.run([os.sys.executable, "-c", code], capture_output=True, check=True,
+                       cwd=Path(__file__).resolve().parents[1])
+    assert p.stdout == want
+    assert sorted(os.listdir(tmp_path)) == ["m.raw", "p.raw"]
+
+
+def test_model_write_failing_half_way_leaves_the_old_file(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from pynnet3.compile.model_io import write_nnet
+
+    (tmp_path / "m.raw").write_bytes(b"previous model")
+    real = atomic._write_all
+
+    def failing(f, data) -> None:
+        real(f, list(data)[:2])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(atomic, "_write_all", failing)
+    with pytest.raises(FormatError, match="No space left"):
+        write_nnet(str(tmp_path / "m.raw"), _small_nnet(), True)
+    assert (tmp_path / "m.raw").read_bytes() == b"previous model"
+    assert os.listdir(tmp_path) == ["m.raw"]

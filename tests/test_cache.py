@@ -121,6 +121,38 @@ def test_key_ignores_parameters_but_not_structure(tmp_path: Path) -> None:
         assert _compiler(changed, tmp_path).key(request) != key, new
 
 
+def test_code_fingerprint_only_when_a_disk_key_is_needed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the disk cache the source files are never hashed (a compile
+    and a memory hit included); the key made later is the key made from the
+    whole context (fingerprint, options, structure) at once."""
+    calls = []
+    real = cache_mod.code_fingerprint
+
+    def counted() -> str:
+        calls.append(1)
+        return real()
+
+    monkeypatch.setattr(cache_mod, "code_fingerprint", counted)
+    nnet = _nnet()
+    compiler = CachingCompiler(nnet, use_disk=False)
+    request = _request()
+    compiler.compile(request)
+    compiler.compile(request)
+    assert calls == [] and compiler.num_memory_hits == 1
+    key = compiler.key(request)
+    assert len(calls) == 1
+    assert key == CachingCompiler(_nnet(), cache_dir=tmp_path / "c").key(request)
+    import json
+    from pynnet3.io.hashing import sha256
+    context, structure = compiler._key_context
+    h = sha256(cache_mod._KEY_VERSION)
+    h.update(json.dumps({**context, "code": real()}, sort_keys=True).encode() + b"\n")
+    h.update(structure.encode())
+    assert key == sha256(h.digest() + sha256(
+        cache_mod.request_key_bytes(request)).digest()).hexdigest()
+
+
 def test_key_depends_on_options_and_request(tmp_path: Path) -> None:
     nnet = _nnet()
     request = _request()

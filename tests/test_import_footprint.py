@@ -134,3 +134,32 @@ def test_reading_full_matrices_leaves_general_matrix_out(tmp_path) -> None:
     writer.close()
     np.testing.assert_array_equal(read(f"ark:{tmp_path / 'c.ark'}", MATRIX_HOLDER)["c"],
                                   compressed.to_matrix())
+
+
+def test_train_run_leaves_numpy_random_out(tmp_path) -> None:
+    """A whole nnet3-train run on a model with no dropout (the ReLU and
+    softmax stats sampling draws only small integers) never imports
+    numpy.random and its hashing modules (~10 ms of start-up): the light
+    generator draws them (and was used: its state moved on)."""
+    from tests.helpers import reference_dir
+
+    case = reference_dir("train/affine_xent/0.raw", "train/affine_xent/merged.ark") \
+        / "train" / "affine_xent"
+    code = f"""
+import sys
+from pynnet3.cli.train import command
+from pynnet3.cli.common import run
+import pynnet3.nnet.components.base as base
+status = run(command, "nnet3-train", ["--srand=1", {str(case / '0.raw')!r},
+                                      "ark:{case / 'merged.ark'}", {str(tmp_path / 'out.raw')!r}])
+moved = base._RNG is not None and base._RNG._state != type(base._RNG)(1)._state
+# (locale: click's --help option made without a gettext lookup)
+print(status, moved, [m for m in ("numpy.random", "secrets", "hmac", "_hashlib", "locale")
+                      if m in sys.modules])
+import pynnet3.numba_cache, pynnet3.train.cache_file
+# tempfile (and random behind it) only where a cache directory is made
+print(hasattr(pynnet3.numba_cache, "tempfile"), hasattr(pynnet3.train.cache_file, "tempfile"))
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip().splitlines() == ["0 True []", "False False"], p.stdout + p.stderr

@@ -26,9 +26,7 @@ from __future__ import annotations
 import atexit
 import functools
 import os
-import shutil
 import stat
-import tempfile
 from typing import Any
 
 from . import log
@@ -48,6 +46,11 @@ def _warn_once(message: str) -> None:
 
 
 def _temp_root() -> str | None:
+    # (tempfile, shutil and the random module behind tempfile are imported
+    # where a Numba cache is set up: most nnet3-train runs never load Numba,
+    # and these imports cost their start-up ~1.5 ms)
+    import tempfile
+
     try:
         return tempfile.gettempdir()
     except OSError:   # (no usable temporary directory at all)
@@ -87,6 +90,9 @@ def _shared_dir() -> str | None:
 def _process_dir() -> str | None:
     global _private_dir
     if _private_dir is None:
+        import shutil
+        import tempfile
+
         try:
             _private_dir = tempfile.mkdtemp(prefix="pynnet3-numba-cache-")
         except OSError:

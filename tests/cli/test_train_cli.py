@@ -233,3 +233,49 @@ def test_progress_only_on_a_terminal() -> None:
     assert plain.getvalue() == ""
     text = tty.getvalue()
     assert "nnet3-train: 2 done, 256 frames" in text and text.endswith("\r\033[K")
+
+
+def test_startup_gc_pause_only_in_binaries_and_resumed_by_run() -> None:
+    """A process started as a binary (argv[0] named like one) imports with
+    the cyclic collector paused, and run() turns it back on before the
+    command parses its options; any other process keeps it on throughout."""
+    import subprocess
+    import sys
+
+    code = """
+import gc, sys
+sys.argv[0] = sys.argv[1]
+import pynnet3.cli
+paused = not gc.isenabled()
+from pynnet3.cli.copy import command
+from pynnet3.cli.common import run
+seen = []
+real = command.main
+def main(*a, **k):
+    seen.append(gc.isenabled())
+    return real(*a, **k)
+command.main = main
+status = run(command, "nnet3-copy", ["--help"])
+print(paused, seen, gc.isenabled(), status)
+"""
+    for argv0, paused in (("/usr/local/bin/nnet3-train", True), ("bin/nnet3-copy", True),
+                          ("-c", False), ("pytest", False), ("run.pl", False)):
+        p = subprocess.run([sys.executable, "-c", code, argv0], capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.strip().splitlines()[-1] == f"{paused} [True] True 0", (argv0, p.stdout)
+
+
+def test_help_option_is_clicks_own() -> None:
+    """KaldiCommand makes the --help option itself (without click's gettext
+    lookup): same flag, same text, eager, and the same one on every parse."""
+    import click
+
+    from pynnet3.cli.train import command
+
+    ctx = click.Context(command)
+    opt = command.get_help_option(ctx)
+    assert opt is command.get_help_option(ctx)
+    assert opt.opts == ["--help"] and opt.is_flag and opt.is_eager and not opt.expose_value
+    assert opt.help == "Show this message and exit."
+    record = opt.get_help_record(ctx)
+    assert record == ("--help", "Show this message and exit.")

@@ -197,6 +197,67 @@ def test_frozen_and_update_period() -> None:
     assert updated == [t <= 10 or (t - 10) % 4 == 0 for t in range(6, 20)]
 
 
+def _init_by_full_calls(p: OnlineNaturalGradient, x0: np.ndarray) -> OnlineNaturalGradient:
+    """Kaldi's Init written out: from InitDefault, 1 or 3 whole
+    PreconditionDirections calls (t = 1, 2, 3) on fresh copies of X0,
+    keeping only the estimate."""
+    q = p.copy()
+    q.init_default(x0.shape[1])
+    q.t = 1
+    for _ in range(1 if x0.shape[0] <= q.rank else 3):
+        q.precondition_directions(np.array(x0, dtype=np.float32, copy=True))
+    return q
+
+
+@pytest.mark.parametrize("rows, dim, rank", [(128, 513, 20), (128, 2000, 80), (128, 201, 20),
+                                             (5, 40, 10), (60, 9, 4), (300, 64, 80)])
+def test_init_is_the_full_calls_bit_for_bit(rows: int, dim: int, rank: int) -> None:
+    """init refreshes the estimate without preconditioning the (discarded)
+    copies of X0: W_t, d_t, rho_t and the rank are exactly those of the full
+    calls, X0 is left untouched, and the first call's output is the same."""
+    rs = np.random.RandomState(rows + dim)
+    x0 = (rs.randn(rows, dim) * np.linspace(0.1, 3.0, dim)).astype(np.float32)
+    ref = _init_by_full_calls(OnlineNaturalGradient(rank=rank), x0)
+    p = OnlineNaturalGradient(rank=rank)
+    kept = x0.copy()
+    p.init(x0)
+    np.testing.assert_array_equal(x0, kept)
+    assert p.rank == ref.rank and p.rho_t == ref.rho_t and p.t == 0
+    np.testing.assert_array_equal(p.W_t, ref.W_t)
+    np.testing.assert_array_equal(p.d_t, ref.d_t)
+    # The first call (init, then preconditioning X0 with the new estimate).
+    a, b = x0.copy(), x0.copy()
+    q = OnlineNaturalGradient(rank=rank)
+    scale = q.precondition_directions(a)
+    # The reference estimate, used as a first call would use it after init
+    # (t = 1 only so that it does not initialise again; calls up to t = 10
+    # update the estimate alike).
+    ref.t = 1
+    assert scale == ref.precondition_directions(b)
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(q.W_t, ref.W_t)
+    assert q.t == 1 and q.rho_t == ref.rho_t
+
+
+def test_init_orthonormal_special_matches_definition() -> None:
+    """The vectorised InitOrthonormalSpecial equals the row-by-row definition
+    (row r: 1.1 at column r, 1 at columns r + k R, normalised in float32)."""
+    from pynnet3.nnet.components.natural_gradient import init_orthonormal_special
+
+    f32 = np.float32
+    for R, D in [(1, 1), (1, 7), (3, 3), (3, 10), (20, 513), (80, 2000), (80, 201), (7, 8)]:
+        want = np.zeros((R, D), dtype=f32)
+        for r in range(R):
+            cols = np.arange(r, D, R)
+            norm = f32(1.0 / math.sqrt(float(f32(1.1) * f32(1.1)) + len(cols) - 1))
+            want[r, cols] = norm
+            want[r, cols[0]] = norm * f32(1.1)
+        got = init_orthonormal_special(R, D)
+        assert got.dtype == f32
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_allclose(got @ got.T, np.eye(R), atol=1e-6)
+
+
 def test_degenerate_inputs() -> None:
     p = OnlineNaturalGradient(rank=10)
     X = np.zeros((5, 1), dtype=np.float32)

@@ -6,7 +6,7 @@ which builds computation graphs; see :mod:`.am_nnet`.)
 from __future__ import annotations
 
 from ..io.kaldi_io import (BINARY_HEADER, KaldiReader, KaldiWriter, kaldi_object_bytes,
-                           open_kaldi_object, write_wxfilename)
+                           kaldi_object_parts, open_kaldi_object, write_wxfilename)
 from ..nnet.nnet import Nnet
 
 
@@ -38,4 +38,8 @@ def nnet_bytes(nnet: Nnet, binary: bool) -> bytes:
 
 def write_nnet(wxfilename: str, nnet: Nnet, binary: bool) -> None:
     """Write atomically (temp file + rename) unless the target is a pipe or stdout."""
-    write_wxfilename(wxfilename, nnet_bytes(nnet, binary))
+    w = KaldiWriter(binary)
+    nnet.write(w)
+    # (the pieces, not one joined copy; the parameters must not change until
+    # the write is done, which it is when this returns)
+    write_wxfilename(wxfilename, kaldi_object_parts(w))

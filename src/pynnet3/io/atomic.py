@@ -38,7 +38,7 @@ import re
 import stat
 import time
 import weakref
-from typing import BinaryIO
+from typing import BinaryIO, Sequence
 
 from .hashing import sha1
 
@@ -141,12 +141,15 @@ def _new_file_mode() -> int:
 _MODE: int | None = None
 
 
-def _write_all(f: BinaryIO, data: bytes) -> None:
-    """Write ``data`` to ``f`` in chunks (a seam for tests of failed writes)."""
-    view = memoryview(data)
+def _write_all(f: BinaryIO, data: "bytes | Sequence[bytes | memoryview]") -> None:
+    """Write ``data`` (bytes, or consecutive pieces: bytes and byte views,
+    see KaldiWriter.parts) to ``f`` in chunks (a seam for tests of failed
+    writes)."""
     chunk = 1 << 20
-    for start in range(0, len(view), chunk):
-        f.write(view[start:start + chunk])
+    for piece in ((data,) if isinstance(data, (bytes, bytearray, memoryview)) else data):
+        view = memoryview(piece)
+        for start in range(0, len(view), chunk):
+            f.write(view[start:start + chunk])
 
 
 def _is_dir_error(path: str) -> IsADirectoryError:
@@ -290,8 +293,10 @@ def open_atomic(path: str | os.PathLike, replace: bool = False) -> BinaryIO:
     return open(target, "wb")
 
 
-def atomic_write(path: str | os.PathLike, data: bytes, replace: bool = False) -> None:
-    """Write ``data`` to ``path`` whole, via :func:`open_atomic`: on any
+def atomic_write(path: str | os.PathLike, data: "bytes | Sequence[bytes | memoryview]",
+                 replace: bool = False) -> None:
+    """Write ``data`` (bytes, or pieces written one after the other) to
+    ``path`` whole, via :func:`open_atomic`: on any
     failure the temporary file is removed and the exception re-raised, so
     ``path`` is either untouched or complete."""
     f = open_atomic(path, replace)

@@ -28,7 +28,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Iterator
 
@@ -124,6 +123,10 @@ class CacheLocation:
         if write_dir is not None and not read_cache:
             self.cache_dir = write_dir
             return
+        # (imported here: tempfile and the random module behind it are
+        # start-up cost for the runs without a cache file, the usual case)
+        import tempfile
+
         self._tmp = Path(tempfile.mkdtemp(prefix="pynnet3-cache-"))
         self.cache_dir = self._tmp
         if read_cache:

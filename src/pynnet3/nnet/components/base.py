@@ -602,9 +602,15 @@ def set_random_seed(seed: int) -> None:
 
 
 def rng() -> "np.random.Generator":
+    """The components' generator, ``np.random.default_rng(seed)``'s stream.
+    (A LightGenerator: the small integer draws of the nonlinearities' stats
+    sampling are made without importing numpy.random; anything else goes
+    on in NumPy's generator from the same state.)"""
     global _RNG
     if _RNG is None:
-        _RNG = np.random.default_rng(_SEED)
+        from .light_rng import LightGenerator
+
+        _RNG = LightGenerator(_SEED)
     return _RNG
 
 

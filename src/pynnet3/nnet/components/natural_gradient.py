@@ -65,13 +65,17 @@ def init_orthonormal_special(num_rows: int, num_cols: int) -> np.ndarray:
     not be the all-ones vector)."""
     if num_cols < num_rows:
         raise ValueError("init_orthonormal_special: need num_cols >= num_rows")
-    out = np.zeros((num_rows, num_cols), dtype=F32)
     first_elem = F32(1.1)
-    for r in range(num_rows):
-        cols = np.arange(r, num_cols, num_rows)
-        normalizer = F32(1.0 / math.sqrt(float(first_elem * first_elem) + len(cols) - 1))
-        out[r, cols] = normalizer
-        out[r, cols[0]] = normalizer * first_elem
+    # Column c belongs to row c % num_rows; row r has 1 + (num_cols - 1 - r)
+    # // num_rows such columns.  (Whole-array float64 arithmetic rounds as
+    # the scalar formula does, element by element.)
+    rows = np.arange(num_rows)
+    counts = (num_cols - 1 - rows) // num_rows + 1
+    normalizers = (1.0 / np.sqrt(float(first_elem * first_elem) + (counts - 1))).astype(F32)
+    cols = np.arange(num_cols)
+    out = np.zeros((num_rows, num_cols), dtype=F32)
+    out[cols % num_rows, cols] = normalizers[cols % num_rows]
+    out[rows, rows] = normalizers * first_elem
     return out
 
 
@@ -284,8 +288,19 @@ class OnlineNaturalGradient:
         # space of X0 (up to epsilon effects).
         num_init_iters = 1 if x0.shape[0] <= this_copy.rank else 3
         this_copy.frozen = False
+        # Kaldi preconditions a fresh copy of X0 on each iteration and keeps
+        # only the refreshed estimate (W_t, d_t, rho_t): the preconditioned
+        # copy and its scale are thrown away.  So only the estimate is
+        # refreshed here, from X0 itself (never written): no copy, no
+        # X - H_t W_t product (a fifth of an iteration's flops), no final
+        # trace; the estimate is bit for bit what the full calls give.
+        x0 = np.ascontiguousarray(x0, dtype=F32)
+        tr_x_xt = _trace_mat_mat_t(x0)
         for _ in range(num_init_iters):
-            this_copy.precondition_directions(np.array(x0, dtype=F32, copy=True))
+            # (t <= NUM_INITIAL_UPDATES and not frozen: always updating)
+            this_copy._precondition_directions_internal(
+                this_copy.rho_t, tr_x_xt, True, this_copy.d_t, x0, apply=False)
+            this_copy.t += 1
         self.rank = this_copy.rank
         self.W_t = this_copy.W_t
         self.d_t = this_copy.d_t
@@ -319,7 +334,11 @@ class OnlineNaturalGradient:
         return scale
 
     def _precondition_directions_internal(self, rho_t: float, tr_x_xt: float, updating: bool,
-                                          d_t: np.ndarray, X: np.ndarray) -> None:
+                                          d_t: np.ndarray, X: np.ndarray,
+                                          apply: bool = True) -> None:
+        """Precondition X in place and, when ``updating``, refresh the
+        estimate; ``apply=False`` (initialisation) refreshes the estimate only
+        and leaves X as it is."""
         N, D = X.shape
         R = self.rank
         if not 0 < R < D:
@@ -366,7 +385,8 @@ class OnlineNaturalGradient:
             if self.self_debug:
                 log.warn(f"Floored {num_floored} elements of C_t.")
 
-        add_mat_mat(-1.0, H_t, W_t, 1.0, X)                      # X_hat = X - H_t W_t
+        if apply:
+            add_mat_mat(-1.0, H_t, W_t, 1.0, X)                  # X_hat = X - H_t W_t
 
         sqrt_c_t = np.sqrt(c_t).astype(F32)
         # rho_{t+1} keeps tr(F_{t+1}) = tr(T_t)  (Kaldi's eqn:rhot1).
