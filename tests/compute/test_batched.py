@@ -194,17 +194,23 @@ def test_pieces_computed_straight_into_the_result(tiny: Nnet, kaldi_chunks: bool
     assert calls and all(calls)
 
 
-def test_set_output_buffer(tiny: Nnet) -> None:
-    from pynnet3.compute.computer import NnetComputeOptions, NnetComputer
-
-    rng = np.random.RandomState(6)
+def _first_chunk_computation(tiny: Nnet, seed: int):
+    """The first chunk of a random 30-frame utterance of ``tiny`` (6 frames a
+    chunk, subsampling 3) and the compiled one-chunk computation for it."""
+    rng = np.random.RandomState(seed)
     opts = NnetSimpleComputationOptions(frames_per_chunk=6, frame_subsampling_factor=3)
     dec = DecodableNnetSimple(opts, tiny, None, rng.randn(30, 3).astype(np.float32),
                               new_compiler(tiny, opts), ivector=rng.randn(2).astype(np.float32))
     chunk = dec.chunk_inputs(0)
     shape = ChunkShape(chunk.input_t_start - chunk.output_t_start, chunk.input_feats.shape[0],
                        True, chunk.num_subsampled_frames)
-    computation = dec.compiler.compile(multi_chunk_request(shape, 1, 3))
+    return chunk, dec.compiler.compile(multi_chunk_request(shape, 1, 3))
+
+
+def test_set_output_buffer(tiny: Nnet) -> None:
+    from pynnet3.compute.computer import NnetComputeOptions, NnetComputer
+
+    chunk, computation = _first_chunk_computation(tiny, seed=6)
 
     def run(buffer: np.ndarray | None) -> tuple[np.ndarray, bool]:
         computer = NnetComputer(NnetComputeOptions(), computation, tiny)
@@ -237,14 +243,7 @@ def test_deferred_output_buffer(tiny: Nnet) -> None:
     from pynnet3.compute.computer import DeferredBuffer, NnetComputeOptions, NnetComputer
     from pynnet3.errors import PynnetError
 
-    rng = np.random.RandomState(8)
-    opts = NnetSimpleComputationOptions(frames_per_chunk=6, frame_subsampling_factor=3)
-    dec = DecodableNnetSimple(opts, tiny, None, rng.randn(30, 3).astype(np.float32),
-                              new_compiler(tiny, opts), ivector=rng.randn(2).astype(np.float32))
-    chunk = dec.chunk_inputs(0)
-    shape = ChunkShape(chunk.input_t_start - chunk.output_t_start, chunk.input_feats.shape[0],
-                       True, chunk.num_subsampled_frames)
-    computation = dec.compiler.compile(multi_chunk_request(shape, 1, 3))
+    chunk, computation = _first_chunk_computation(tiny, seed=8)
 
     def computer() -> NnetComputer:
         return NnetComputer(NnetComputeOptions(), computation, tiny)

@@ -39,9 +39,11 @@ def _same_data(a: np.ndarray, b: np.ndarray) -> bool:
 # additions in the same order (so the same bits) in one pass over the rows,
 # and the elementwise formulas in one more pass, with the same float32
 # operations in the same order (Numba contracts nothing into fused
-# multiply-adds without fastmath).  They run once the process has Numba
-# loaded anyway (training loads it for log-softmax) and the matrix is not
-# tiny; otherwise NumPy does the same sums.
+# multiply-adds without fastmath).  They run only where the process has
+# Numba loaded anyway (--cpu-backend=numba, library use) and the matrix is
+# not tiny: nnet3-train's default NumPy backend never imports Numba (its
+# import would cost more start-up than these loops save), and NumPy then
+# makes the same sums.
 
 #: Smallest matrix (elements) for the Numba BatchNorm loops.
 BN_JIT_MIN_ELEMENTS = 4096
