@@ -82,6 +82,23 @@ def _random_tables(rng: np.random.Generator, num_matrices: int, num_subs: int):
     return np.array(sub, dtype=np.int64), np.array(sizes, dtype=np.int64)
 
 
+def _assert_same_variables(fast: ComputationVariables, slow: ComputationVariables,
+                           num_matrices: int, num_submatrices: int,
+                           more: tuple[str, ...] = ()) -> None:
+    """The two ComputationVariables hold the same arrays (dtypes too), split
+    points and per-submatrix variables."""
+    assert fast.num_variables == slow.num_variables
+    for name in ("matrix_to_variable_index", "variable_to_matrix", "submatrix_to_matrix",
+                 "submatrix_is_whole_matrix", "variables_flat", "variables_offsets", *more):
+        a, b = getattr(fast, name), getattr(slow, name)
+        assert a.dtype == b.dtype and np.array_equal(a, b), name
+    for m in range(num_matrices):
+        assert fast.row_split_points[m].tolist() == slow.row_split_points[m].tolist()
+        assert fast.column_split_points[m].tolist() == slow.column_split_points[m].tolist()
+    for s in range(num_submatrices):
+        assert fast.variables_for_submatrix(s) == slow.variables_for_submatrix(s)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_variables_compiled_loop_matches_numpy(seed: int) -> None:
     rng = np.random.default_rng(seed)
@@ -93,16 +110,7 @@ def test_variables_compiled_loop_matches_numpy(seed: int) -> None:
     with fast_paths.override(analysis_jit=False):
         slow = ComputationVariables()
         slow.init_from_tables(sub, sizes)
-    assert fast.num_variables == slow.num_variables
-    for name in ("matrix_to_variable_index", "variable_to_matrix", "submatrix_to_matrix",
-                 "submatrix_is_whole_matrix", "variables_flat", "variables_offsets"):
-        a, b = getattr(fast, name), getattr(slow, name)
-        assert a.dtype == b.dtype and np.array_equal(a, b), name
-    for m in range(len(sizes)):
-        assert fast.row_split_points[m].tolist() == slow.row_split_points[m].tolist()
-        assert fast.column_split_points[m].tolist() == slow.column_split_points[m].tolist()
-    for s in range(len(sub)):
-        assert fast.variables_for_submatrix(s) == slow.variables_for_submatrix(s)
+    _assert_same_variables(fast, slow, len(sizes), len(sub))
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -118,17 +126,7 @@ def test_variables_python_loops_match_numpy(seed: int) -> None:
     with fast_paths.override(analysis_jit=False):
         slow = ComputationVariables()
         slow.init_from_tables(sub, sizes)
-    assert fast.num_variables == slow.num_variables
-    for name in ("matrix_to_variable_index", "variable_to_matrix", "submatrix_to_matrix",
-                 "submatrix_is_whole_matrix", "variables_flat", "variables_offsets",
-                 "_row_first", "_col_first"):
-        a, b = getattr(fast, name), getattr(slow, name)
-        assert a.dtype == b.dtype and np.array_equal(a, b), name
-    for m in range(len(sizes)):
-        assert fast.row_split_points[m].tolist() == slow.row_split_points[m].tolist()
-        assert fast.column_split_points[m].tolist() == slow.column_split_points[m].tolist()
-    for s in range(len(sub)):
-        assert fast.variables_for_submatrix(s) == slow.variables_for_submatrix(s)
+    _assert_same_variables(fast, slow, len(sizes), len(sub), ("_row_first", "_col_first"))
     bad = sub.copy()
     bad[-1, 2] = sizes[bad[-1, 0], 0] + 1          # more rows than its matrix has
     messages = []
