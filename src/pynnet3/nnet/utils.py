@@ -86,18 +86,23 @@ def remove_some_nodes(nnet: Nnet, nodes_to_remove: list[int]) -> None:
     nnet.check()
 
 
-def remove_orphan_nodes(nnet: Nnet, remove_orphan_inputs: bool = False) -> None:
+def remove_orphan_nodes(nnet: Nnet, remove_orphan_inputs: bool = False,
+                        quiet: bool = False) -> None:
+    """Kaldi's RemoveOrphanNodes (``quiet``: without its log line)."""
     orphans = find_orphan_nodes(nnet)
     if not remove_orphan_inputs:
         orphans = [n for n in orphans if not nnet.is_input_node(n)]
     num_removed = sum(1 for n in orphans if not nnet.is_component_input_node(n))
     remove_some_nodes(nnet, orphans)
-    log.log(f"Removed {num_removed} orphan nodes.")
+    if not quiet:
+        log.log(f"Removed {num_removed} orphan nodes.")
 
 
-def remove_orphan_components(nnet: Nnet) -> None:
+def remove_orphan_components(nnet: Nnet, quiet: bool = False) -> None:
+    """Kaldi's RemoveOrphanComponents (``quiet``: without its log line)."""
     orphans = set(find_orphan_components(nnet))
-    log.log(f"Removing {len(orphans)} orphan components.")
+    if not quiet:
+        log.log(f"Removing {len(orphans)} orphan components.")
     remove_some_components(nnet, orphans)
 
 
