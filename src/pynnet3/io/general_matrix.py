@@ -14,6 +14,7 @@ step for the same reason.
 from __future__ import annotations
 
 import enum
+import functools
 import struct
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -431,18 +432,13 @@ class SparseMatrix:
         w.write_raw("".join(parts))
 
 
-_SPARSE_ROW_DTYPES: dict[int, np.dtype] = {}
-
-
+@functools.lru_cache(maxsize=64)     # (bounded: the count comes from the file)
 def _sparse_rows_dtype(count: int) -> np.dtype:
     """A binary sparse row of ``count`` pairs: "SV " 04 dim 04 count, pairs."""
-    dt = _SPARSE_ROW_DTYPES.get(count)
-    if dt is None:
-        fields = [("tag", "S3"), ("s1", "u1"), ("dim", "<i4"), ("s2", "u1"), ("n", "<i4")]
-        if count:
-            fields.append(("pairs", PAIR_DTYPE, (count,)))
-        dt = _SPARSE_ROW_DTYPES[count] = np.dtype(fields)
-    return dt
+    fields = [("tag", "S3"), ("s1", "u1"), ("dim", "<i4"), ("s2", "u1"), ("n", "<i4")]
+    if count:
+        fields.append(("pairs", PAIR_DTYPE, (count,)))
+    return np.dtype(fields)
 
 
 def _read_sparse_rows_uniform(r: KaldiReader, num_rows: int) -> SparseMatrix | None:

@@ -18,6 +18,7 @@ n, t, x, so that merging and filtering are array operations.
 """
 from __future__ import annotations
 
+import functools
 import re
 import struct
 from dataclasses import dataclass, field
@@ -79,16 +80,10 @@ def write_index_vector(w: KaldiWriter, indexes: np.ndarray) -> None:
     w.write_raw(b"".join(parts))
 
 
-_GROUP_DTYPES: dict[int, np.dtype] = {}
-
-
+@functools.lru_cache(maxsize=64)     # (bounded: m comes from the file)
 def _group_dtype(m: int) -> np.dtype:
     """One escaped Index row followed by ``m`` int8 t-deltas."""
-    dt = _GROUP_DTYPES.get(m)
-    if dt is None:
-        fields = list(_ESCAPED_INDEX.descr) + ([("d", "i1", (m,))] if m else [])
-        dt = _GROUP_DTYPES[m] = np.dtype(fields)
-    return dt
+    return np.dtype(list(_ESCAPED_INDEX.descr) + ([("d", "i1", (m,))] if m else []))
 
 
 def _read_escaped_tail(data: Any, start: int, size: int) -> tuple[np.ndarray, int] | None:
