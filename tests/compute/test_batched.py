@@ -369,11 +369,12 @@ def _wide_nnet() -> Nnet:
     return nnet
 
 
-def test_nnet3_compute_one_thread_borrows_and_hands_back(tmp_path: Path, monkeypatch) -> None:
-    """nnet3_compute with one thread puts every utterance's output in the
-    scratch buffer and hands it back once written (no computation falls back
-    to memory of its own); its archive is byte for byte the two-thread run's
-    (whose outputs have pages of their own)."""
+def test_nnet3_compute_borrows_and_hands_back(tmp_path: Path, monkeypatch) -> None:
+    """nnet3_compute, with one thread and with two, puts every utterance's
+    output in its worker's scratch buffer and hands it back once written (no
+    computation falls back to memory of its own: a worker's next utterance
+    waits for the write instead); the two archives are byte for byte the
+    same."""
     from pynnet3.compile.model_io import write_nnet
     from pynnet3.compute.computer import ScratchBuffer
     from pynnet3.compute.utterances import Nnet3ComputeConfig, nnet3_compute
@@ -413,7 +414,7 @@ def test_nnet3_compute_one_thread_borrows_and_hands_back(tmp_path: Path, monkeyp
                                f"ark:{tmp_path / 'feats.ark'}", f"ark:{out}")
         assert result.num_success == 3
         outputs[threads] = out.read_bytes()
-        assert lends == ([True] * 3 if threads == 1 else [])
+        assert lends == [True] * 3
     assert not own_memory
     assert outputs[1] == outputs[2]
 
@@ -496,6 +497,35 @@ def test_scratch_plan_is_a_valid_packing(tiny: Nnet) -> None:
     scratch = ScratchBuffer()
     np.testing.assert_array_equal(run(scratch), run(None))
     np.testing.assert_array_equal(run(scratch), run(None))     # (the buffer reused)
+
+
+def test_scratch_buffer_waits_for_lent_elements() -> None:
+    """A waiting ScratchBuffer's get() that reaches lent elements blocks until
+    another thread gives them back, then hands out the buffer itself; after
+    stop_waiting() it hands out memory of its own at once."""
+    import threading
+
+    from pynnet3.compute.computer import ScratchBuffer
+
+    scratch = ScratchBuffer(wait_for_lent=True)
+    base = scratch.get(1000)
+    lent = scratch.lend(100, 500)
+    assert lent is not None
+    assert scratch.get(50) is base              # (below the lent elements: no wait)
+    got: list[np.ndarray] = []
+    worker = threading.Thread(target=lambda: got.append(scratch.get(800)))
+    worker.start()
+    worker.join(0.2)
+    assert worker.is_alive() and not got        # waiting for the lent elements
+    assert scratch.give_back(lent[:])
+    worker.join(10)
+    assert not worker.is_alive() and got[0] is base
+    lent = scratch.lend(100, 500)
+    assert lent is not None
+    scratch.stop_waiting()
+    own = scratch.get(800)
+    assert own is not base and own.shape == (800,)
+    assert ScratchBuffer().lend(0, 1) is None   # (nothing to lend from an empty buffer)
 
 
 def test_vosk_scratch_plan_packs_the_peak(vosk_mdl: Path) -> None:

@@ -348,7 +348,7 @@ class ChunkBatchComputer:
     it has built (the compiler keeps their computations)."""
 
     def __init__(self, max_chunks: int, kaldi_chunks: bool = False,
-                 outputs_in_scratch: bool = False) -> None:
+                 outputs_in_scratch: bool = False, wait_for_outputs: bool = False) -> None:
         if max_chunks < 1:
             raise ConfigError(f"the number of chunks per batch must be >= 1, got {max_chunks}")
         self.max_chunks = max_chunks
@@ -360,8 +360,12 @@ class ChunkBatchComputer:
         # (see _UtteranceOutput): for a caller that hands each output back
         # (release_output) before it asks for the next from the same thread,
         # as one-thread nnet3-compute does; otherwise the next long piece
-        # would find the output still out and take memory of its own.
+        # would find the output still out and take memory of its own.  With
+        # ``wait_for_outputs`` it waits instead until the output is handed
+        # back from another thread (ScratchBuffer's waiting; the caller must
+        # hand back every output, in any order, or call stop_waiting).
         self.outputs_in_scratch = outputs_in_scratch
+        self.wait_for_outputs = wait_for_outputs
         self._local = threading.local()
         self._scratches: list[ScratchBuffer] = []
         self._lock = threading.Lock()
@@ -374,6 +378,15 @@ class ChunkBatchComputer:
             scratches = list(self._scratches)
         if not any(scratch.give_back(matrix) for scratch in scratches):
             self.output_pages.release(matrix)
+
+    def stop_waiting(self) -> None:
+        """Ends the waits of every thread's scratch buffer for outputs not yet
+        handed back (for a caller that stops handing them back: an aborted
+        run)."""
+        with self._lock:
+            scratches = list(self._scratches)
+        for scratch in scratches:
+            scratch.stop_waiting()
 
     def uses_pieces(self, decodable: "DecodableNnetSimple") -> bool:
         """Whether this utterance is computed in longer pieces than Kaldi's
@@ -464,7 +477,7 @@ class ChunkBatchComputer:
         once, each one computer at a time)."""
         scratch = getattr(self._local, "scratch", None)
         if scratch is None:
-            scratch = self._local.scratch = ScratchBuffer()
+            scratch = self._local.scratch = ScratchBuffer(self.wait_for_outputs)
             with self._lock:
                 self._scratches.append(scratch)
         return scratch

@@ -23,6 +23,7 @@ supply or take the I/O of one such segment in any order.
 """
 from __future__ import annotations
 
+import threading
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -240,16 +241,31 @@ class ScratchBuffer:
     :meth:`lend` hands out elements from an offset on, :meth:`give_back`
     takes them back; while they are out, a computation whose plan reaches
     them gets memory of its own from :meth:`get` instead (correct, slower),
-    so a lender gives back before its next long piece."""
+    so a lender gives back before its next long piece.
 
-    def __init__(self) -> None:
+    Waiting (``wait_for_lent``).  Where another thread gives back (a worker
+    thread of nnet3-compute computes an utterance into its buffer's end and
+    the main thread writes it), :meth:`get` instead waits until the lent
+    elements are back: the worker's next utterance then reuses its buffer
+    rather than taking megabytes of its own while the output is written.
+    :meth:`stop_waiting` ends every wait for good (a run that is aborted
+    writes nothing more, so gives nothing back)."""
+
+    def __init__(self, wait_for_lent: bool = False) -> None:
         self._buf = np.empty(0, dtype=np.float32)
         self._lent: np.ndarray | None = None
         self._lent_from = 0
+        self._returned = threading.Condition() if wait_for_lent else None
+        self._waiting_stopped = False
 
     def get(self, num_elements: int) -> np.ndarray:
         if self._lent is not None and num_elements > self._lent_from:
-            return np.empty(num_elements, dtype=np.float32)
+            if self._returned is not None:
+                with self._returned:
+                    while self._lent is not None and not self._waiting_stopped:
+                        self._returned.wait()
+            if self._lent is not None:
+                return np.empty(num_elements, dtype=np.float32)
         if self._buf.shape[0] < num_elements:
             self._buf = np.empty(0, dtype=np.float32)     # (the old one freed first)
             self._buf = np.empty(num_elements, dtype=np.float32)
@@ -272,8 +288,20 @@ class ScratchBuffer:
         if (lent is None or array.size != lent.size or not lent.size
                 or array.__array_interface__["data"][0] != lent.__array_interface__["data"][0]):
             return False
-        self._lent = None
+        if self._returned is None:
+            self._lent = None
+        else:
+            with self._returned:
+                self._lent = None
+                self._returned.notify_all()
         return True
+
+    def stop_waiting(self) -> None:
+        """Ends every wait of :meth:`get`, now and later (see the class)."""
+        if self._returned is not None:
+            with self._returned:
+                self._waiting_stopped = True
+                self._returned.notify_all()
 
 
 def scratch_elements(computation: NnetComputation, backend: "str | Backend") -> int:

@@ -212,10 +212,16 @@ def nnet3_compute(config: Nnet3ComputeConfig, nnet_rxfilename: str, feature_rspe
     num_workers = max(1, config.num_threads)
     if getattr(config.backend, "name", config.backend) == "cuda":
         num_workers = 1    # one GPU stream: utterances one after another, as Kaldi
-    # With one thread each output is written and handed back before the
-    # next utterance starts: it may live in the scratch buffer's idle end.
+    # Each output lives in its worker's scratch buffer's idle end until it
+    # is written and handed back.  With one thread that happens before the
+    # next utterance starts; a worker thread's next utterance waits for it
+    # (a few milliseconds of writing) where it would reach the output,
+    # rather than take megabytes of its own.  No deadlock: a worker only
+    # ever waits for an earlier utterance of its own, whose computation is
+    # done, and outputs are written in input order as they are done.
     batcher = (ChunkBatchComputer(config.minibatch_size, config.kaldi_chunks,
-                                  outputs_in_scratch=num_workers == 1)
+                                  outputs_in_scratch=True,
+                                  wait_for_outputs=num_workers > 1)
                if config.minibatch_size > 1 else None)
     if num_workers > 1:
         compiler = _LockedCompiler(compiler)
@@ -283,6 +289,8 @@ def nnet3_compute(config: Nnet3ComputeConfig, nnet_rxfilename: str, feature_rspe
             for _, _, item in pending:
                 if isinstance(item, Future):
                     item.cancel()
+            if batcher is not None:
+                batcher.stop_waiting()     # (nothing more is written and handed back)
         writer.abort()     # an archive file is not left half written at its name
         raise
     finally:
