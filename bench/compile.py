@@ -436,6 +436,11 @@ def main() -> int:
     else:
         print("# Kaldi: reference/compile/compile_anchor_vosk.tsv (recorded, not measured: "
               "median of 3 on a machine of this kind); ratio = pynnet3 / Kaldi")
+    print("# Rows marked [numba] were timed after this process had imported Numba (a large "
+          "request's graph loads it), so deep networks' graphs were built by its compiled "
+          "closure; unmarked rows by the NumPy levels, as in a process that never loads Numba "
+          "(a default one-thread nnet3-compute).  Rows run in order, so a model's first rows "
+          "are the unmarked ones.")
     header = (f"{'model':28s} {'request':24s} {'shortcut':8s} {'pynnet3_ms':>11s} "
               f"{'kaldi_ms':>9s} {'ratio':>7s} {'commands py/kaldi':>18s} "
               f"{'matrices py/kaldi':>18s}")
@@ -481,6 +486,8 @@ def main() -> int:
                     except Exception as e:
                         print(f"{prefix} Kaldi: ERROR {e}", flush=True)
                 note = f"  (1 run: {one_run:.0f} s)" if one_run is not None else ""
+                if "numba" in sys.modules:
+                    note += " [numba]"
                 if kms:
                     ratios.append((ms / kms, f"{name} {case.label} shortcut "
                                              f"{'on' if shortcut else 'off'}"))
