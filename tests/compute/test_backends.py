@@ -109,6 +109,32 @@ def test_overlapping_operands_fall_back_to_reference(cpu: Backend) -> None:
         np.testing.assert_array_equal(m[0:3], x[0:3] + x[1:4])
 
 
+def test_reference_copy_rows_gathers_into_contiguous_dst() -> None:
+    """The reference backend's one-pass gather (a C-contiguous dst, alpha 1,
+    every index in range) gives src[indexes] exactly; a column-range dst,
+    -1 rows and alpha take the general path; an index past the source
+    still raises instead of being clipped."""
+    ref = get_backend("reference")
+    rng = np.random.default_rng(8)
+    src = rng.standard_normal((9, 5)).astype(F32)
+    idx = rng.integers(0, 9, 12).astype(np.int32)
+    dst = np.full((12, 5), np.nan, F32)
+    ref.copy_rows(dst, src, idx)
+    np.testing.assert_array_equal(dst, src[idx])
+    wide = np.full((12, 8), 7.0, F32)
+    ref.copy_rows(wide[:, 2:7], src, idx)
+    np.testing.assert_array_equal(wide[:, 2:7], src[idx])
+    assert (wide[:, :2] == 7.0).all() and (wide[:, 7:] == 7.0).all()
+    with_missing = idx.copy()
+    with_missing[3] = -1
+    ref.copy_rows(dst, src, with_missing, 2.0)
+    want = 2.0 * src[idx]
+    want[3] = 0.0
+    np.testing.assert_array_equal(dst, want)
+    with pytest.raises(IndexError):
+        ref.copy_rows(dst, src, np.append(idx[:-1], 9).astype(np.int32))
+
+
 def test_errors_for_out_of_range_indexes(cpu: Backend) -> None:
     dst, src = np.zeros((3, 2), F32), np.zeros((4, 2), F32)
     with pytest.raises(PynnetError, match="out of range"):

@@ -155,6 +155,16 @@ class ReferenceBackend:
     def copy_rows(self, dst: np.ndarray, src: np.ndarray, indexes: np.ndarray,
                   alpha: float = 1.0) -> None:
         # Kaldi (CPU and GPU): a row whose index is -1 is set to zero.
+        if (alpha == 1.0 and dst.flags.c_contiguous and indexes.shape[0]
+                and dst.shape[0] == indexes.shape[0] and dst.shape[1] == src.shape[1]
+                and 0 <= indexes.min() and indexes.max() < src.shape[0]):
+            # Gathered straight into dst: one pass, no temporary (twice as
+            # fast as src[indexes] and a copy; for a strided dst, a column
+            # range, NumPy's take is slower than the two passes).  The
+            # bounds are checked above, so 'clip' (which spares take its
+            # own buffered checks) never clips.
+            np.take(src, indexes, axis=0, out=dst, mode="clip")
+            return
         valid = indexes >= 0
         if valid.all():
             rows = src[indexes]
