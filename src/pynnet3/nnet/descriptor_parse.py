@@ -149,7 +149,7 @@ class GeneralDescriptor:
 
     def resolve(self, node_names: NodeNames) -> "GeneralDescriptor":
         """A copy with every NodeName leaf's index looked up in ``node_names``."""
-        lookup = _name_lookup(node_names)
+        lookup = name_lookup(node_names)
         ans = self.copy()
         stack = [ans]
         while stack:
@@ -394,7 +394,10 @@ def _normalize(desc: GeneralDescriptor) -> bool:
     return changed
 
 
-def _name_lookup(node_names: NodeNames) -> Mapping[str, int]:
+def name_lookup(node_names: NodeNames) -> Mapping[str, int]:
+    """Name -> node index (the first node of a name wins); a mapping is
+    returned as it is.  Make it once for many descriptors over the same
+    nodes: parse_descriptor makes one per call when given a list."""
     if isinstance(node_names, Mapping):
         return node_names
     lookup: dict[str, int] = {}
@@ -410,7 +413,7 @@ class _Parser:
         self.text = text
         self.tokens = tokenize_descriptor(text)
         self.pos = 0
-        self.lookup = _name_lookup(node_names) if node_names is not None else None
+        self.lookup = name_lookup(node_names) if node_names is not None else None
 
     def peek(self) -> Optional[str]:
         return self.tokens[self.pos][0] if self.pos < len(self.tokens) else None

@@ -24,7 +24,7 @@ from .components.base import (Component, Prop, c_float_arithmetic, new_component
                               read_component)
 from .config_line import ConfigLine, is_valid_name, parse_config_lines, read_config_lines
 from .descriptor import Descriptor
-from .descriptor_parse import parse_descriptor
+from .descriptor_parse import name_lookup, parse_descriptor
 from .graph import check_no_instantaneous_cycles
 
 
@@ -64,6 +64,9 @@ class Nnet:
     # Where each node was defined (file, line), for error messages only.
     node_origin: dict[str, tuple[str | None, int | None]] = field(
         default_factory=dict, repr=False, compare=False)
+    # (Not a field: the node-name lookup of the descriptors while read_config
+    # parses them, made once per config instead of once per descriptor.)
+    _descriptor_lookup = None
 
     # -- lookup --------------------------------------------------------------
     def num_nodes(self) -> int:
@@ -212,6 +215,9 @@ class Nnet:
         initial_num_components = len(self.components)
         added_components: set[str] = set()
         for pass_ in (0, 1):
+            # Pass 1 adds no nodes: the descriptors' name lookup is made once.
+            self._descriptor_lookup = (name_lookup(self._descriptor_node_names())
+                                       if pass_ == 1 else None)
             for cfl in lines:
                 kind = cfl.first_token
                 if kind == "component":
@@ -229,6 +235,7 @@ class Nnet:
                 else:
                     raise cfl.error(f"invalid config line type '{kind}' (expected component, "
                                     "component-node, input-node, output-node or dim-range-node)")
+        self._descriptor_lookup = None
         try:
             self.check()
         except ConfigError as e:
@@ -277,7 +284,9 @@ class Nnet:
         if text is None:
             raise cfl.error("expected input=<descriptor>")
         try:
-            return parse_descriptor(text, self._descriptor_node_names())
+            names = self._descriptor_lookup
+            return parse_descriptor(text, names if names is not None
+                                    else self._descriptor_node_names())
         except ConfigError as e:
             raise cfl.error(f"error parsing descriptor input={text}: {e}") from None
 

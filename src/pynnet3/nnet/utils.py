@@ -9,7 +9,7 @@ from .. import log
 from ..errors import ConfigError
 from .components.base import Prop, UpdatableComponent
 from .config_line import is_valid_name, parse_config_lines, read_config_lines
-from .descriptor_parse import parse_descriptor
+from .descriptor_parse import name_lookup, parse_descriptor
 from .graph import find_orphan_components, find_orphan_nodes
 from .nnet import Nnet, NodeType
 
@@ -74,11 +74,12 @@ def remove_some_nodes(nnet: Nnet, nodes_to_remove: list[int]) -> None:
             old2new[n] = len(new_nodes)
             new_nodes.append(node)
             new_names.append(name)
+    lookup = name_lookup(new_names)
     for node in new_nodes:
         if node.node_type is NodeType.DESCRIPTOR:
             assert node.descriptor is not None
             # Renumber by printing with the old names and re-parsing with the new.
-            node.descriptor = parse_descriptor(node.descriptor.text(old_names), new_names)
+            node.descriptor = parse_descriptor(node.descriptor.text(old_names), lookup)
         elif node.node_type is NodeType.DIM_RANGE:
             node.node_index = old2new[node.node_index]
     nnet.nodes = new_nodes
