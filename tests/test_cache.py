@@ -424,3 +424,29 @@ def test_raw_container_round_trip_and_damage() -> None:
     for damaged in (raw[:-4], raw[:40], b"x" + raw[1:]):
         with pytest.raises(FormatError):
             computation_from_bytes(damaged)
+
+
+def test_source_fingerprint_follows_the_source_bytes(tmp_path: Path) -> None:
+    """The code fingerprint changes with any byte or name of a source file
+    and with nothing else (bytecode, other files)."""
+    (tmp_path / "optimize" / "sub").mkdir(parents=True)
+    (tmp_path / "compile").mkdir()
+    a = tmp_path / "optimize" / "a.py"
+    a.write_text("x = 1\n")
+    (tmp_path / "optimize" / "sub" / "b.py").write_text("y = 2\n")
+    (tmp_path / "compile" / "c.py").write_text("z = 3\n")
+    subs = ("compile", "optimize")
+    base = cache_mod.source_fingerprint(str(tmp_path), subs)
+    assert base == cache_mod.source_fingerprint(str(tmp_path), subs)
+    (tmp_path / "optimize" / "__pycache__").mkdir()
+    (tmp_path / "optimize" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\0junk")
+    (tmp_path / "optimize" / "notes.txt").write_text("not source\n")
+    assert cache_mod.source_fingerprint(str(tmp_path), subs) == base
+    a.write_text("x = 2\n")
+    changed = cache_mod.source_fingerprint(str(tmp_path), subs)
+    assert changed != base
+    a.write_text("x = 1\n")
+    assert cache_mod.source_fingerprint(str(tmp_path), subs) == base
+    a.rename(tmp_path / "optimize" / "a2.py")
+    assert cache_mod.source_fingerprint(str(tmp_path), subs) != base
+    assert cache_mod.source_fingerprint(str(tmp_path), ("compile",)) != base
