@@ -268,6 +268,7 @@ def main() -> None:
           f"--frame-subsampling-factor={FSS}, 100-dim iVectors; best of {args.runs} runs; "
           f"{cores} cores, load average {os.getloadavg()[0]:.1f} at start; Kaldi: "
           f"{kaldi.root if kaldi else 'not built here (recorded figures)'}")
+    print(ks.blas_cores(kaldi, "nnet3-compute"))
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         write_inputs(work, args.mdl)

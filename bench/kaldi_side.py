@@ -131,6 +131,39 @@ def pynnet3_command(name: str, *args: str) -> list[str]:
     return [sys.executable, str(ROOT / "bin" / name), *args]
 
 
+def blas_cores(kaldi: "KaldiTree | None" = None, binary: str = "nnet3-compute") -> str:
+    """Which OpenBLAS kernels each side runs, for a bench's header line.
+
+    OpenBLAS picks its kernels (its "core type") once, when loaded, from the
+    CPU, unless ``OPENBLAS_CORETYPE`` names one; a setting in the environment
+    applies to both programs, and it changes the products' speed more than
+    anything either program does (on this project's Zen 5 machines the
+    AVX-512 kernels run sgemm at about twice the AVX2 (Haswell) ones' speed).
+    Each side's choice is read from OpenBLAS itself (``OPENBLAS_VERBOSE=2``
+    makes it print "Core: <name>" when it loads)."""
+    forced = os.environ.get("OPENBLAS_CORETYPE")
+    probe = "import numpy"
+    sides = [("pynnet3 (NumPy's OpenBLAS)", [sys.executable, "-c", probe])]
+    if kaldi is not None and kaldi.binary(binary) is not None:
+        sides.append(("Kaldi", [str(kaldi.binary(binary))]))
+    parts = []
+    for label, cmd in sides:
+        env = dict(os.environ, OPENBLAS_VERBOSE="2")
+        try:
+            # (OpenBLAS prints it on stderr; a usage text may follow)
+            out = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                 text=True, errors="replace", timeout=60).stderr
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        core = next((line.split(":", 1)[1].strip() for line in out.splitlines()
+                     if line.startswith("Core:")), "unknown")
+        parts.append(f"{label} {core}")
+    setting = (f"OPENBLAS_CORETYPE={forced} set in the environment" if forced
+               else "OPENBLAS_CORETYPE unset: OpenBLAS's own choice")
+    return f"OpenBLAS kernels: {', '.join(parts)} ({setting})"
+
+
 def thread_env(threads: int | None, base: dict[str, str] | None = None) -> dict[str, str]:
     """Environment with every thread variable = ``threads`` (None: all unset,
     the out-of-the-box default).  PYTHONPATH gets this checkout's src/."""

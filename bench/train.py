@@ -392,6 +392,7 @@ def main() -> None:
               f"ratio = pynnet3 speed / Kaldi speed; "
               f"Kaldi: {kaldi.root if kaldi else 'not built here (recorded figures)'}",
               flush=True)
+        print(ks.blas_cores(kaldi, "nnet3-train"), flush=True)
         for mb in sizes:
             merged = prepare(work, mb)
             egs = load_egs(work / merged)
