@@ -407,8 +407,12 @@ class Nnet:
         source, line = self.node_origin.get(self.node_names[n], (None, None))
         return ConfigError(message, source, line)
 
-    def check(self) -> None:
-        """Kaldi's Nnet::Check, raising ConfigError with the node named."""
+    def check(self, cycles: bool = True) -> None:
+        """Kaldi's Nnet::Check, raising ConfigError with the node named.
+
+        ``cycles``: also refuse instantaneous cycles (pynnet3's own check,
+        the costlier part); callers that only removed nodes or components
+        of a checked network, which cannot make a cycle, pass False."""
         if not self.nodes:
             raise ConfigError("the network has no nodes")
         num_inputs = num_outputs = 0
@@ -450,7 +454,8 @@ class Nnet:
             raise ConfigError("the network has no input-node")
         if num_outputs == 0:
             raise ConfigError("the network has no output-node")
-        check_no_instantaneous_cycles(self)
+        if cycles:
+            check_no_instantaneous_cycles(self)
 
     # -- model files -------------------------------------------------------------
     @classmethod
