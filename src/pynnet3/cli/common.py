@@ -280,6 +280,9 @@ def run(command: click.Command, prog: str, argv: Sequence[str] | None = None) ->
     death by SIGINT or SIGPIPE as Unix tools die (the shell sees 130 / 141).
     """
     status = _run(command, prog, argv)
+    from . import freeze_after_command
+
+    freeze_after_command()
     # Flush what is left buffered on stdout now, while an EPIPE can still be
     # handled (at interpreter exit it would print "Exception ignored ...").
     try:

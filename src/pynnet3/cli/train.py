@@ -1,7 +1,6 @@
 """nnet3-train: SGD training of a raw nnet3 network on merged egs."""
 from __future__ import annotations
 
-import gc
 from typing import Any
 
 import click
@@ -109,14 +108,7 @@ def command(srand: int, binary: bool, use_gpu: str, cpu_backend: str, num_thread
 
 
 def main() -> int:
-    # The process entry point (console script, bin/ launcher; tests run the
-    # command in-process through common.run instead).  Freezing the objects
-    # made so far moves them out of the cyclic collector's reach: its
-    # collections during training, and those of the interpreter's shutdown
-    # (which otherwise walks every object of NumPy, click and pynnet3 once
-    # more after the model is written, ~30-50 ms of CPU), skip them.  The
-    # shutdown still flushes and closes files and runs atexit handlers.
-    gc.freeze()
-    status = run(command, "nnet3-train")
-    gc.freeze()
-    return status
+    # (A process started as nnet3-train freezes its objects out of the
+    # cyclic collector's reach after start-up and after the command: see
+    # pynnet3.cli.resume_startup_gc.)
+    return run(command, "nnet3-train")
