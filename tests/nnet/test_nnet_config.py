@@ -117,3 +117,21 @@ def test_model_round_trip(binary: bool) -> None:
     again = Nnet.read(KaldiReader(data, binary, "mem", pos=start))
     assert nnet_bytes(again, binary) == data
     assert again.info() == nnet.info()
+
+
+def test_descriptor_names_resolve_against_the_whole_config_once() -> None:
+    """Descriptors may name nodes defined further down (the lookup is made
+    after every node line was seen), descriptor-node names stay hidden, and
+    a config that fails half-way leaves no lookup behind."""
+    nnet = make(SMALL.replace("component-node name=final component=final input=relu1",
+                              "component-node name=final component=final input=Sum(relu1, "
+                              "Scale(0.0, Offset(relu1, 1)))"))
+    assert nnet.nodes[nnet.get_node_index("final") - 1].descriptor.get_node_dependencies() \
+        == [nnet.get_node_index("relu1")]
+    with pytest.raises(ConfigError, match="output"):
+        make(SMALL.replace("output-node name=output input=softmax",
+                           "output-node name=output input=output-half"))
+    bad = Nnet()
+    with pytest.raises(ConfigError):
+        bad.read_config(SMALL.replace("input=final", "input=nosuchnode"))
+    assert bad._descriptor_lookup is None

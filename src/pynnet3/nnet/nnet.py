@@ -214,28 +214,32 @@ class Nnet:
         self.node_names = []
         initial_num_components = len(self.components)
         added_components: set[str] = set()
-        for pass_ in (0, 1):
-            # Pass 1 adds no nodes: the descriptors' name lookup is made once.
-            self._descriptor_lookup = (name_lookup(self._descriptor_node_names())
-                                       if pass_ == 1 else None)
-            for cfl in lines:
-                kind = cfl.first_token
-                if kind == "component":
-                    if pass_ == 0:
-                        self._process_component_line(cfl, initial_num_components, added_components)
-                elif kind == "component-node":
-                    self._process_component_node_line(pass_, cfl)
-                elif kind == "input-node":
-                    if pass_ == 0:
-                        self._process_input_node_line(cfl)
-                elif kind == "output-node":
-                    self._process_output_node_line(pass_, cfl)
-                elif kind == "dim-range-node":
-                    self._process_dim_range_node_line(pass_, cfl)
-                else:
-                    raise cfl.error(f"invalid config line type '{kind}' (expected component, "
-                                    "component-node, input-node, output-node or dim-range-node)")
-        self._descriptor_lookup = None
+        try:
+            for pass_ in (0, 1):
+                # Pass 1 adds no nodes: the descriptors' name lookup is made once.
+                self._descriptor_lookup = (name_lookup(self._descriptor_node_names())
+                                           if pass_ == 1 else None)
+                for cfl in lines:
+                    kind = cfl.first_token
+                    if kind == "component":
+                        if pass_ == 0:
+                            self._process_component_line(cfl, initial_num_components,
+                                                         added_components)
+                    elif kind == "component-node":
+                        self._process_component_node_line(pass_, cfl)
+                    elif kind == "input-node":
+                        if pass_ == 0:
+                            self._process_input_node_line(cfl)
+                    elif kind == "output-node":
+                        self._process_output_node_line(pass_, cfl)
+                    elif kind == "dim-range-node":
+                        self._process_dim_range_node_line(pass_, cfl)
+                    else:
+                        raise cfl.error(f"invalid config line type '{kind}' (expected "
+                                        "component, component-node, input-node, output-node "
+                                        "or dim-range-node)")
+        finally:
+            self._descriptor_lookup = None
         try:
             self.check()
         except ConfigError as e:
