@@ -38,7 +38,8 @@ def command(binary: bool, use_gpu: str | None, args: tuple[str, ...], **kwargs: 
     from ..train.combine import combine_nnets
 
     config = options_from(NnetCombineOptions, kwargs)
-    backend = get_backend("cpu") if use_gpu is None else select_backend(use_gpu)
+    # (By default on the CPU with the NumPy backend: no Numba start-up.)
+    backend = get_backend("reference") if use_gpu is None else select_backend(use_gpu)
     nnet = combine_nnets(list(args[:-2]), args[-2], config, backend=backend)
     write_nnet(args[-1], nnet, binary)
     log.log(f"Finished combining neural nets, wrote model to {args[-1]}")

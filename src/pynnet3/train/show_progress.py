@@ -39,7 +39,7 @@ def _objf_change(nnet1: "Nnet", nnet2: "Nnet", examples: Sequence["NnetExample"]
         interp = copy.deepcopy(nnet2)
         scale_nnet(middle, interp)
         add_nnet(nnet1, 1.0 - middle, interp)
-        prob = NnetComputeProb(opts, interp, backend="cpu")
+        prob = NnetComputeProb(opts, interp, backend="reference")
         for eg in examples:
             prob.compute(eg)
         info = prob.get_objective("output")
