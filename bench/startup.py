@@ -24,8 +24,12 @@ install`` does: this environment may set PYTHONDONTWRITEBYTECODE).
 once warm with Numba's ``Dispatcher.compile`` timed, and prints a table of
 the kernels it compiled (or loaded from the cache) and how long each took.
 
+With a Kaldi build (``--kaldi-root DIR``, ``$KALDI_ROOT`` or /work/kaldi;
+``--no-kaldi`` to skip), Kaldi's binary of the same name runs on the same
+inputs right after each of this tree's runs, and its times end each line.
+
 Usage:  python bench/startup.py [--runs 5] [--baseline /other/checkout/src]
-                                [--binaries nnet3-compute,...]
+                                [--binaries nnet3-compute,...] [--kaldi-root DIR]
         python bench/startup.py --importtime nnet3-compute
         python bench/startup.py --jit-report nnet3-compute [--baseline ...]
 """
@@ -43,14 +47,20 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import kaldi_side as ks  # noqa: E402  (bench/ on sys.path)
+
 ROOT = Path(__file__).resolve().parents[1]
 THIS_SRC = ROOT / "src"
 BINARIES = ["nnet3-info", "nnet3-init", "nnet3-compute", "nnet3-train", "nnet3-compute-prob"]
 
 # Runs one binary of the tree on sys.path[0] (set through PYTHONPATH) as its
-# console script does.
-LAUNCH = ("import importlib, sys; from pynnet3.cli import BINARIES; "
+# console script does: argv[0] is the binary's name before pynnet3.cli is
+# imported (that is how a process knows it is a binary: see
+# pynnet3.cli.resume_startup_gc).
+LAUNCH = ("import importlib, sys; "
           "name = sys.argv[1]; del sys.argv[1]; sys.argv[0] = name; "
+          "from pynnet3.cli import BINARIES; "
           "m, f = BINARIES[name].split(':'); "
           "sys.exit(getattr(importlib.import_module(m), f)())")
 
@@ -130,8 +140,20 @@ def run_once(src: Path, binary: str, args: list[str], work: Path, caches: Path,
     return wall, proc.stderr
 
 
+def run_kaldi(kaldi: "ks.KaldiTree", binary: str, args: list[str], work: Path) -> float:
+    """Wall seconds of Kaldi's ``binary`` on the same arguments (Kaldi has no
+    caches: its cold run is its warm run)."""
+    t0 = time.perf_counter()
+    proc = subprocess.run([str(kaldi.require(binary)), *args], cwd=work,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        sys.exit(f"Kaldi's {binary} failed:\n{proc.stderr[-2000:]}")
+    return wall
+
+
 def bench(trees: dict[str, Path], binaries: list[str], runs: int, work: Path,
-          argv: dict[str, list[str]]) -> dict:
+          argv: dict[str, list[str]], kaldi: "ks.KaldiTree | None" = None) -> dict:
     times: dict = {(t, b, k): [] for t in trees for b in binaries for k in ("cold", "warm")}
     for rep in range(runs):
         for tree, src in trees.items():
@@ -142,6 +164,10 @@ def bench(trees: dict[str, Path], binaries: list[str], runs: int, work: Path,
                     times[tree, b, "warm"].append(run_once(src, b, argv[b], work, caches)[0])
                 finally:
                     shutil.rmtree(caches, ignore_errors=True)
+                if kaldi is not None and tree == list(trees)[-1]:
+                    # (right after this tree's runs of the same binary)
+                    times.setdefault(("Kaldi", b, "warm"), []).append(
+                        run_kaldi(kaldi, b, argv[b], work))
         print(f"  repetition {rep + 1}/{runs} done", file=sys.stderr)
     return times
 
@@ -163,6 +189,10 @@ def print_table(times: dict, trees: dict[str, Path], binaries: list[str]) -> Non
                 line += f" {min(t):10.2f} {meds[-1]:10.2f}"
             if len(names) == 2:
                 line += f" {meds[1] / meds[0]:10.2f}"
+            kaldi = times.get(("Kaldi", b, "warm"))
+            if kaldi:
+                line += (f"   Kaldi best {min(kaldi):.3f} med {statistics.median(kaldi):.3f}"
+                         f" ({names[-1]}/Kaldi {meds[-1] / statistics.median(kaldi):.1f}x)")
             print(line)
 
 
@@ -209,7 +239,9 @@ def main() -> None:
     ap.add_argument("--importtime", metavar="BINARY")
     ap.add_argument("--jit-report", metavar="BINARY")
     ap.add_argument("--keep", type=Path, help="work in this directory and keep it")
+    ks.add_arguments(ap)
     opts = ap.parse_args()
+    kaldi = ks.kaldi_from_args(opts, need="nnet3-info")
     trees = {"this": THIS_SRC}
     if opts.baseline:
         trees = {"base": opts.baseline.resolve(), "this": THIS_SRC}
@@ -232,7 +264,10 @@ def main() -> None:
         print(f"{len(binaries)} binaries x {len(trees)} trees x {opts.runs} runs, cold and warm "
               f"(whole-process wall seconds; {os.cpu_count()} CPUs, "
               f"load {os.getloadavg()[0]:.1f})", file=sys.stderr)
-        times = bench(trees, binaries, opts.runs, work, argv)
+        if kaldi is not None:
+            print(f"Kaldi beside it: {kaldi.root} (its binaries on the same inputs, run right "
+                  "after this tree's; Kaldi has no caches, so cold = warm)", file=sys.stderr)
+        times = bench(trees, binaries, opts.runs, work, argv, kaldi)
         print_table(times, trees, binaries)
     finally:
         if not opts.keep:
