@@ -212,3 +212,31 @@ def test_writer_holds_large_matrices_by_reference():
     assert joined == (b"<X> FM \x04" + np.int32(200).tobytes() + b"\x04"
                       + np.int32(400).tobytes() + big.tobytes() + b"\x04"
                       + np.int32(5).tobytes())
+
+
+def test_expect_token_reads_as_read_token_does() -> None:
+    """expect_token's fast comparison (the token and one space) ends where
+    read_token would, and anything else (leading whitespace, another
+    separator, a longer word) takes read_token's way, errors included."""
+    from pynnet3.errors import FormatError
+
+    r = KaldiReader(b" <A>  <B>\n<C> <D>X <E>\t", binary=False)
+    r.expect_token("<A>")
+    assert r.pos == 5
+    r.expect_token("<B>")
+    assert r.pos == 10
+    r.expect_token("<C>")
+    assert r.pos == 14
+    with pytest.raises(FormatError, match=r"byte 14\): expected token <D>, got <D>X"):
+        r.expect_token("<D>")
+    assert r.pos == 14
+    r.read_token()
+    r.expect_token("<E>")
+    assert r.pos == len(r.data)
+    w = KaldiWriter(False)
+    for bad in ("", "a b", "a\tb"):
+        with pytest.raises(ValueError, match="invalid token"):
+            w.write_token(bad)
+    w.write_token("<A>")
+    w.write_token("<A>")
+    assert w.getvalue() == b"<A> <A> "

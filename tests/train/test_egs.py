@@ -699,3 +699,45 @@ def test_sparse_rows_of_equal_and_unequal_counts() -> None:
     at = data.index(b"SV ") + 23 * 6 + 13              # row 6's first pair: its size byte
     with pytest.raises(FormatError, match="size byte"):
         SparseMatrix.read(KaldiReader(data[:at] + b"\x05" + data[at + 1:], True))
+
+
+def test_index_vector_memo_gives_fresh_arrays_and_follows_the_bytes() -> None:
+    """Index vectors are remembered by their bytes (read) and values (write):
+    the results are those of a fresh decode or encode, every array returned
+    is the caller's own, and a vector of the same length with other bytes is
+    decoded anew."""
+    from pynnet3.train import egs as egs_mod
+
+    a = np.array([[0, t, 0] for t in range(-2, 10)], dtype=np.int32)
+    b = a.copy()
+    b[5:, 0] = 1                       # an escape: n changes
+    w = KaldiWriter(True)
+    for m in (a, a, b, a):
+        egs_mod.write_index_vector(w, m)
+    data = w.getvalue()
+    fresh = KaldiWriter(True)
+    egs_mod.write_index_vector(fresh, b)
+    assert fresh.getvalue() in data   # the coding of b, not a remembered one
+
+    r = KaldiReader(data, binary=True)
+    first = egs_mod.read_index_vector(r)
+    first[:, 1] += 100                 # the caller shifts t in place
+    second = egs_mod.read_index_vector(r)
+    third = egs_mod.read_index_vector(r)
+    fourth = egs_mod.read_index_vector(r)
+    assert r.pos == len(data)
+    np.testing.assert_array_equal(second, a)
+    np.testing.assert_array_equal(third, b)
+    np.testing.assert_array_equal(fourth, a)
+    assert second is not fourth and not np.shares_memory(second, fourth)
+
+    # The same length, different bytes right after a remembered vector.
+    egs_mod._read_memo.clear()
+    w2 = KaldiWriter(True)
+    c = a.copy()
+    c[:, 1] += 1
+    for m in (a, c):
+        egs_mod.write_index_vector(w2, m)
+    r2 = KaldiReader(w2.getvalue(), binary=True)
+    np.testing.assert_array_equal(egs_mod.read_index_vector(r2), a)
+    np.testing.assert_array_equal(egs_mod.read_index_vector(r2), c)

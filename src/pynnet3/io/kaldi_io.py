@@ -42,6 +42,22 @@ BINARY_HEADER = b"\0B"
 _INT32_MIN, _INT32_MAX = -(2 ** 31), 2 ** 31 - 1
 _WS = b" \t\n\r\v\f"
 
+# Tokens as written and expected: UTF-8 and one space (memo of the last
+# few hundred: the tokens of a format are few; names passed as tokens, such
+# as an NnetIo's, repeat too).
+_TOKEN_SPACE: dict[str, bytes] = {}
+
+
+def _token_space(token: str) -> bytes:
+    """``token`` coded with its space, remembered if it is a valid token (not
+    empty, no whitespace): write_token trusts what it finds here."""
+    coded = token.encode("utf-8") + b" "
+    if token and not any(c in _WS for c in coded[:-1]):
+        if len(_TOKEN_SPACE) >= 512:
+            _TOKEN_SPACE.clear()
+        _TOKEN_SPACE[token] = coded
+    return coded
+
 
 def format_float(value: float, precision: int = 7) -> str:
     """C++ ``operator<<`` of a float in default (``%g``) notation."""
@@ -155,6 +171,15 @@ class KaldiReader:
 
     def expect_token(self, token: str) -> None:
         pos = self.pos
+        # The usual case, the token itself and one space, compared at once
+        # (what read_token would read and consume there).
+        coded = _TOKEN_SPACE.get(token)
+        if coded is None:
+            coded = _token_space(token)
+        end = pos + len(coded)
+        if self.data[pos:end] == coded:
+            self.pos = end
+            return
         got = self.read_token()
         if got != token:
             self.pos = pos
@@ -413,9 +438,12 @@ class KaldiWriter:
         self.buf.write(text.encode("utf-8") if isinstance(text, str) else text)
 
     def write_token(self, token: str) -> None:
-        if not token or any(c in token for c in " \t\n"):
-            raise ValueError(f"invalid token {token!r}")
-        self.buf.write(token.encode("utf-8") + b" ")
+        coded = _TOKEN_SPACE.get(token)
+        if coded is None:
+            if not token or any(c in token for c in " \t\n"):
+                raise ValueError(f"invalid token {token!r}")
+            coded = _token_space(token)
+        self.buf.write(coded)
 
     def write_int32(self, value: int) -> None:
         if self.binary:

@@ -50,6 +50,20 @@ def make_indexes(num_rows: int, t_begin: int = 0, t_stride: int = 1) -> np.ndarr
 # Index vectors (nnet-common.cc WriteIndexVector / ReadIndexVector)
 
 
+# Egs of one archive mostly share their Index vectors (every eg of
+# nnet3-get-egs has the same t-range, every merged minibatch the same n and
+# t pattern), so the binary coding is remembered both ways: the bytes last
+# read for each vector length (a vector whose bytes are the same decodes to
+# the same Indexes, and the bytes say where it ends), and the bytes written
+# for recent Index arrays.  Callers get a copy of a remembered array (some
+# shift t in place).  Bounded: vectors of up to _MEMO_MAX_ROWS rows, and
+# the write memo is emptied when it holds _MEMO_MAX_ENTRIES of them.
+_MEMO_MAX_ROWS = 4096
+_MEMO_MAX_ENTRIES = 64
+_read_memo: dict[int, tuple[bytes, np.ndarray]] = {}
+_write_memo: dict[bytes, bytes] = {}
+
+
 def write_index_vector(w: KaldiWriter, indexes: np.ndarray) -> None:
     indexes = np.asarray(indexes, dtype=np.int64).reshape(-1, 3)
     size = indexes.shape[0]
@@ -60,14 +74,28 @@ def write_index_vector(w: KaldiWriter, indexes: np.ndarray) -> None:
     if not w.binary:
         w.write_raw("".join(f"<I1> {n} {t} {x} " for n, t, x in indexes.tolist()))
         return
+    key = indexes.tobytes() if size <= _MEMO_MAX_ROWS else None
+    coded = _write_memo.get(key) if key is not None else None
+    if coded is None:
+        coded = _index_vector_bytes(indexes)
+        if key is not None:
+            if len(_write_memo) >= _MEMO_MAX_ENTRIES:
+                _write_memo.clear()
+            _write_memo[key] = coded
+    w.write_raw(coded)
+
+
+def _index_vector_bytes(indexes: np.ndarray) -> bytes:
+    """The binary coding of a non-empty (size x 3) int64 Index array (after
+    its size): one int8 t-delta per row, or an escape byte and the whole
+    (n, t, x) where n or x changes or t jumps by 125 or more."""
     # Each element is coded relative to the previous one; the first relative to (0, 0, 0).
     prev = np.vstack([np.zeros((1, 3), np.int64), indexes[:-1]])
     dt = indexes[:, 1] - prev[:, 1]
     simple = ((indexes[:, 0] == prev[:, 0]) & (indexes[:, 2] == prev[:, 2])
               & (dt < 125) & (dt > -125))
     if simple.all():
-        w.write_raw(dt.astype(np.int8).tobytes())
-        return
+        return dt.astype(np.int8).tobytes()
     deltas = dt.astype(np.int8)
     parts: list[bytes] = []
     start = 0
@@ -77,7 +105,7 @@ def write_index_vector(w: KaldiWriter, indexes: np.ndarray) -> None:
         parts.append(struct.pack("<BBiBiBi", _ESCAPE, 4, n, 4, t, 4, x))
         start = i + 1
     parts.append(deltas[start:].tobytes())
-    w.write_raw(b"".join(parts))
+    return b"".join(parts)
 
 
 @functools.lru_cache(maxsize=64)     # (bounded: m comes from the file)
@@ -140,12 +168,29 @@ def _read_escaped_tail(data: Any, start: int, size: int) -> tuple[np.ndarray, in
 
 
 def read_index_vector(r: KaldiReader) -> np.ndarray:
+    """Kaldi's ReadIndexVector: the (size x 3) int32 Indexes (n, t, x) at
+    ``r.pos`` (a new array, the caller's to change)."""
     r.expect_token("<I1V>")
     size = r.read_int32()
     if size < 0:
         raise r.error(f"error reading Index vector: size = {size}")
     if not r.binary:
         return _read_index_vector_text(r, size)
+    data, start = r.data, r.pos
+    memo = _read_memo.get(size)
+    if memo is not None and data[start:start + len(memo[0])] == memo[0]:
+        r.pos = start + len(memo[0])
+        return memo[1].copy()
+    ans = _read_index_vector_binary(r, size)
+    if 0 < size <= _MEMO_MAX_ROWS:
+        if len(_read_memo) >= _MEMO_MAX_ENTRIES and size not in _read_memo:
+            _read_memo.clear()
+        _read_memo[size] = (bytes(data[start:r.pos]), ans.copy())
+    return ans
+
+
+def _read_index_vector_binary(r: KaldiReader, size: int) -> np.ndarray:
+    """The binary Index vector of ``size`` rows at ``r.pos`` (after the size)."""
     data, start = r.data, r.pos
     fast = _read_escaped_tail(data, start, size)
     if fast is not None:
