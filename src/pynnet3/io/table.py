@@ -506,6 +506,8 @@ class RandomAccessTableReader:
 def is_token(s: str) -> bool:
     """Kaldi's IsToken: no space or control character; other bytes beyond
     ASCII are fine (here escaped bytes that are not UTF-8, except 0xff)."""
+    if s.isascii():     # (the usual key: '!' to '~' only, checked at C speed)
+        return s.isprintable() and bool(s) and " " not in s
     return bool(s) and all((c.isprintable() and not c.isspace())
                            or "\udc80" <= c < "\udcff" for c in s)
 
