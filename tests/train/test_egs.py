@@ -741,3 +741,36 @@ def test_index_vector_memo_gives_fresh_arrays_and_follows_the_bytes() -> None:
     r2 = KaldiReader(w2.getvalue(), binary=True)
     np.testing.assert_array_equal(egs_mod.read_index_vector(r2), a)
     np.testing.assert_array_equal(egs_mod.read_index_vector(r2), c)
+
+
+@pytest.mark.parametrize("num_rows", [1, 4, 8, 9, 12, 40])
+def test_compressing_a_stack_gives_each_matrix_its_own_bytes(num_rows: int) -> None:
+    """CompressedMatrix.from_matrices (and GeneralMatrix.compress_all, which
+    nnet3-get-egs uses for an utterance's chunks) writes, matrix by matrix,
+    the bytes from_matrix writes: both formats (up to 8 rows and more),
+    ties, constant matrices, a tiny and a large range; a NaN is refused."""
+    from pynnet3.errors import FormatError
+
+    rng = np.random.default_rng(num_rows)
+    mats = [rng.standard_normal((num_rows, 40)).astype(np.float32),
+            rng.integers(-3, 3, (num_rows, 40)).astype(np.float32),
+            np.full((num_rows, 40), 2.5, np.float32),
+            np.zeros((num_rows, 40), np.float32),
+            (rng.standard_normal((num_rows, 40)) * 1e4).astype(np.float32),
+            (1 + 1e-6 * rng.standard_normal((num_rows, 40))).astype(np.float32)]
+
+    def coded(cm: CompressedMatrix) -> bytes:
+        w = KaldiWriter(True)
+        cm.write(w)
+        return w.getvalue()
+
+    expected = [coded(CompressedMatrix.from_matrix(m)) for m in mats]
+    assert [coded(c) for c in CompressedMatrix.from_matrices(np.stack(mats))] == expected
+    general = [GeneralMatrix(m.copy()) for m in mats] + [GeneralMatrix(mats[0][:1].copy())]
+    GeneralMatrix.compress_all(general)
+    assert [coded(g.value) for g in general[:-1]] == expected
+    assert coded(general[-1].value) == coded(CompressedMatrix.from_matrix(mats[0][:1]))
+    bad = np.stack(mats[:2])
+    bad[1, 0, 3] = np.nan
+    with pytest.raises(FormatError, match="NaN"):
+        CompressedMatrix.from_matrices(bad)

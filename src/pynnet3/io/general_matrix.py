@@ -17,7 +17,7 @@ import enum
 import functools
 import struct
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -159,6 +159,40 @@ class CompressedMatrix:
             data = _float_to_uint8(min_value, range_, mat).astype(np.uint8)
         return CompressedMatrix(fmt, min_value, range_, num_rows, num_cols, data)
 
+    @staticmethod
+    def from_matrices(mats: np.ndarray) -> list["CompressedMatrix"]:
+        """:meth:`from_matrix` with the automatic method for each matrix of a
+        stack (B x rows x cols, e.g. the input chunks of an utterance's egs),
+        computed for all of them at once: the same arithmetic element by
+        element, with each matrix's minimum, range and column headers
+        broadcast, so the same bytes as one at a time."""
+        mats = np.asarray(mats, dtype=F32)
+        count, num_rows, num_cols = mats.shape
+        if count == 0 or num_rows == 0 or num_cols == 0:
+            return [CompressedMatrix.from_matrix(m) for m in mats]
+        flat = mats.reshape(count, -1)
+        mins, maxs = flat.min(axis=1), flat.max(axis=1)
+        same = maxs == mins
+        if same.any():
+            # (as from_matrix: float + double -> double, stored in a float)
+            m64 = mins[same].astype(np.float64)
+            maxs = maxs.copy()
+            maxs[same] = (m64 + (1.0 + np.abs(m64))).astype(F32)
+        if not (np.isfinite(mins).all() and np.isfinite(maxs).all()):
+            raise FormatError("cannot compress a matrix with NaN's or Inf's")
+        ranges = maxs - mins                                   # float32
+        mn, rg = mins[:, None, None], ranges[:, None, None]
+        if num_rows > 8:                                       # SPEECH_FEATURE
+            headers = _compute_col_headers(mins[:, None], ranges[:, None], mats, axis=1)
+            p = [_uint16_to_float(mn, rg, headers[:, :, k:k + 1]) for k in range(4)]
+            data = _float_to_char(p[0], p[1], p[2], p[3], mats.transpose(0, 2, 1))
+            return [CompressedMatrix(1, mins[b], ranges[b], num_rows, num_cols,
+                                     np.ascontiguousarray(data[b]), headers[b])
+                    for b in range(count)]
+        data = _float_to_uint16(mn, rg, mats).astype(np.uint16)   # TWO_BYTE_AUTO
+        return [CompressedMatrix(2, mins[b], ranges[b], num_rows, num_cols, data[b])
+                for b in range(count)]
+
     # -- decompression -------------------------------------------------
     def to_matrix(self) -> np.ndarray:
         """Kaldi's CopyToMat: float32, bit-identical to Kaldi's decompression."""
@@ -260,12 +294,15 @@ class CompressedMatrix:
             w.write_raw(self.data.astype(np.uint8).tobytes())
 
 
-def _compute_col_headers(min_value: np.float32, range_: np.float32, mat: np.ndarray) -> np.ndarray:
-    """ComputeColHeader for every column at once: percentiles as uint16 codes."""
-    num_rows, num_cols = mat.shape
-    s = np.sort(mat, axis=0)   # Kaldi's nth_element picks exactly these order statistics
-    code = lambda row: _float_to_uint16(min_value, range_, s[row])
-    out = np.zeros((num_cols, 4), dtype=np.int64)
+def _compute_col_headers(min_value: Any, range_: Any, mat: np.ndarray,
+                         axis: int = 0) -> np.ndarray:
+    """ComputeColHeader for every column at once: percentiles as uint16 codes
+    (num_cols x 4).  ``axis`` 1: for a stack of matrices (B x rows x cols,
+    ``min_value`` and ``range_`` B x 1), B x num_cols x 4."""
+    num_rows, num_cols = mat.shape[axis], mat.shape[axis + 1]
+    s = np.sort(mat, axis=axis)  # Kaldi's nth_element picks exactly these order statistics
+    code = lambda row: _float_to_uint16(min_value, range_, s[(slice(None),) * axis + (row,)])
+    out = np.zeros(mat.shape[:axis] + (num_cols, 4), dtype=np.int64)
     if num_rows >= 5:
         q = num_rows // 4
         p0 = np.minimum(code(0), 65532)
@@ -277,7 +314,7 @@ def _compute_col_headers(min_value: np.float32, range_: np.float32, mat: np.ndar
         p25 = np.minimum(np.maximum(code(1), p0 + 1), 65533) if num_rows > 1 else p0 + 1
         p75 = np.minimum(np.maximum(code(2), p25 + 1), 65534) if num_rows > 2 else p25 + 1
         p100 = np.maximum(code(3), p75 + 1) if num_rows > 3 else p75 + 1
-    out[:, 0], out[:, 1], out[:, 2], out[:, 3] = p0, p25, p75, p100
+    out[..., 0], out[..., 1], out[..., 2], out[..., 3] = p0, p25, p75, p100
     return out.astype(np.uint16)
 
 
@@ -617,6 +654,23 @@ class GeneralMatrix:
         """Compress a non-empty full matrix (sparse/compressed ones are left alone)."""
         if isinstance(self.value, np.ndarray) and self.value.shape[0] != 0:
             self.value = CompressedMatrix.from_matrix(self.value, method)
+
+    @staticmethod
+    def compress_all(matrices: "Sequence[GeneralMatrix]") -> None:
+        """:meth:`compress` (automatic method) of each, the full matrices of
+        one shape compressed together (:meth:`CompressedMatrix.from_matrices`)."""
+        groups: dict[tuple[int, ...], list[GeneralMatrix]] = {}
+        for g in matrices:
+            v = g.value
+            if isinstance(v, np.ndarray) and v.shape[0] != 0:
+                groups.setdefault(v.shape, []).append(g)
+        for members in groups.values():
+            if len(members) == 1:
+                members[0].compress()
+                continue
+            stack = np.stack([np.asarray(g.value, dtype=F32) for g in members])
+            for g, cm in zip(members, CompressedMatrix.from_matrices(stack)):
+                g.value = cm
 
     def uncompress(self) -> None:
         if isinstance(self.value, CompressedMatrix):

@@ -128,9 +128,11 @@ def process_utterance(feats: GeneralMatrix, ivector_feats: np.ndarray | None, iv
                 frame = targets[t] if t < len(targets) else []
                 labels.append([(pdf, float(F32(F32(p) * w))) for pdf, p in frame])
             eg.io.append(NnetIo.from_posterior("output", opts.num_pdfs, 0, labels, sf))
-        if opts.compress:
-            eg.compress()
         out.append((f"{utt_id}-{chunk.first_frame}", eg))
+    if opts.compress:
+        # (the chunks of one utterance share their shapes: compressed together,
+        # the same bytes as one eg at a time)
+        GeneralMatrix.compress_all([io.features for _, eg in out for io in eg.io])
     return out
 
 
