@@ -15,7 +15,8 @@ import numpy as np
 
 from ... import log
 from ...errors import ConfigError, FormatError
-from ...io.general_matrix import extract_row_range_with_padding, filter_general_matrix_rows
+from ...io.general_matrix import (GeneralMatrix, extract_row_range_with_padding,
+                                filter_general_matrix_rows)
 from ...io.table import (GENERAL_MATRIX_HOLDER, MATRIX_HOLDER, VECTOR_HOLDER,
                          RandomAccessTableReader, SequentialTableReader, TableWriter)
 from ..egs import NnetIo
@@ -492,14 +493,16 @@ def process_chain_utterance(normalization: NormalizationFst | None, feats,
                                      ivector_period, splitter.rand)
             inputs.append(NnetIo.from_matrix("ivector", 0, ivector))
         eg = NnetChainExample(inputs, [sup])
-        if opts.compress:
-            eg.compress()
         if opts.long_key:
             key = (f"{utt_id}-{chunk.first_frame}-{chunk.left_context}-{chunk.num_frames}-"
                    f"{chunk.right_context}-v1")
         else:
             key = f"{utt_id}-{chunk.first_frame}"
         out.append((key, eg))
+    if opts.compress:
+        # (Kaldi's NnetChainExample::Compress of each eg; the chunks of one
+        # utterance share their shapes: compressed together, the same bytes)
+        GeneralMatrix.compress_all([io.features for _, eg in out for io in eg.inputs])
     return out
 
 
