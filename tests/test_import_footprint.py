@@ -10,7 +10,7 @@ import sys
 import numpy as np
 
 from pynnet3.arraytools import sorted_unique
-from pynnet3.io.hashing import sha1, sha256
+from pynnet3.io.hashing import blake2b, sha1, sha256
 from pynnet3.nnet.components.tdnn_indexes import _sorted_distinct
 
 
@@ -22,6 +22,13 @@ def test_hashing_matches_hashlib() -> None:
         h.update(data[:7])
         h.update(data[7:])
         assert h.digest() == hashlib.sha256(data).digest()
+
+
+def test_blake2b_matches_hashlib() -> None:
+    for data in (b"", b"abc", bytes(range(256)) * 1000):
+        for size in (32, 64):
+            assert blake2b(data, digest_size=size).hexdigest() == \
+                hashlib.blake2b(data, digest_size=size).hexdigest()
 
 
 def test_sorted_distinct_matches_unique() -> None:

@@ -296,14 +296,14 @@ def code_fingerprint() -> str:
     Made on every run that uses the disk cache, so it is kept cheap: a
     directory walk with ``os.scandir`` and CPython's built-in BLAKE2 (1.8 ms
     for the 1.5 MB of source, against 7 ms with ``Path.rglob`` and the
-    built-in SHA-256; hashlib is not imported, since it loads OpenSSL)."""
+    built-in SHA-256; io.hashing, so hashlib and OpenSSL are not loaded)."""
     return source_fingerprint(os.path.dirname(os.path.abspath(__file__)), _COMPILER_SOURCES)
 
 
 def source_fingerprint(root: str, subfolders: tuple[str, ...]) -> str:
     """BLAKE2b of the paths (relative to ``root``) and bytes of the ``.py``
     files under ``root``'s ``subfolders`` (see :func:`code_fingerprint`)."""
-    from _blake2 import blake2b
+    from .io.hashing import blake2b
 
     h = blake2b(digest_size=32)
     for sub in subfolders:

@@ -22,6 +22,7 @@ import click
 
 from .. import log
 from ..errors import PynnetError, UsageError
+from . import freeze_after_command, resume_startup_gc
 
 
 class KaldiBool(click.ParamType):
@@ -280,8 +281,6 @@ def run(command: click.Command, prog: str, argv: Sequence[str] | None = None) ->
     death by SIGINT or SIGPIPE as Unix tools die (the shell sees 130 / 141).
     """
     status = _run(command, prog, argv)
-    from . import freeze_after_command
-
     freeze_after_command()
     # Flush what is left buffered on stdout now, while an EPIPE can still be
     # handled (at interpreter exit it would print "Exception ignored ...").
@@ -298,8 +297,6 @@ def run(command: click.Command, prog: str, argv: Sequence[str] | None = None) ->
 def _run(command: click.Command, prog: str, argv: Sequence[str] | None) -> int:
     if argv is None:
         argv = sys.argv[1:]
-    from . import resume_startup_gc
-
     resume_startup_gc()
     log.set_program_name(prog)
     if sys.stdout is None:

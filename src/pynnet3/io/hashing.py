@@ -1,4 +1,4 @@
-"""SHA-1 and SHA-256 without OpenSSL.
+"""SHA-1, SHA-256 and BLAKE2b without OpenSSL.
 
 ``import hashlib`` loads OpenSSL's libcrypto (through ``_hashlib``), which
 adds about 3.5 MB to the resident memory of every process that imports it.
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-__all__ = ["sha1", "sha256"]
+__all__ = ["blake2b", "sha1", "sha256"]
 
 _impls: dict[str, Callable[..., Any]] = {}
 
@@ -40,6 +40,14 @@ def _sha1_impl() -> Callable[..., Any]:
     return impl
 
 
+def _blake2b_impl() -> Callable[..., Any]:
+    try:
+        from _blake2 import blake2b as impl
+    except ImportError:
+        from hashlib import blake2b as impl
+    return impl
+
+
 def sha256(data: bytes = b"") -> Any:
     """A SHA-256 hash object (``update``, ``digest``, ``hexdigest``)."""
     impl = _impls.get("sha256")
@@ -54,3 +62,12 @@ def sha1(data: bytes = b"") -> Any:
     if impl is None:
         impl = _impls["sha1"] = _sha1_impl()
     return impl(data)
+
+
+def blake2b(data: bytes = b"", digest_size: int = 64) -> Any:
+    """A BLAKE2b hash object (``digest_size`` bytes), about twice as fast
+    as SHA-256 on long inputs such as source files."""
+    impl = _impls.get("blake2b")
+    if impl is None:
+        impl = _impls["blake2b"] = _blake2b_impl()
+    return impl(data, digest_size=digest_size)
