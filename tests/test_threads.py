@@ -203,6 +203,82 @@ def test_relu_backprop_row_blocks_give_numpys_bits(row_blocks, monkeypatch) -> N
         np.testing.assert_array_equal(g.view(np.int32), expected.view(np.int32))
 
 
+def test_run_column_blocks_cover_each_column_once_in_whole_units(row_blocks) -> None:
+    import threading
+
+    unit = threads.COLUMN_BLOCK_UNIT
+    lock = threading.Lock()
+    for num_cols in (unit - 1, 2 * unit - 1, 2 * unit, 5 * unit + 7, 512):
+        seen: list[tuple[int, int]] = []
+
+        def fn(begin: int, end: int) -> None:
+            with lock:
+                seen.append((begin, end))
+
+        threads.run_column_blocks(fn, num_cols, num_cols)
+        assert sorted(c for b, e in seen for c in range(b, e)) == list(range(num_cols))
+        if num_cols < 2 * unit:
+            assert seen == [(0, num_cols)]      # (never a block under one unit)
+        else:
+            assert len(seen) == min(3, num_cols // unit)
+            assert all(b % unit == 0 and e - b >= unit for b, e in seen)
+    # One thread: the whole range in one call.
+    threads.set_row_threads(1)
+    seen = []
+    threads.run_column_blocks(lambda b, e: seen.append((b, e)), 512, 512)
+    assert seen == [(0, 512)]
+
+
+def _batchnorm_whole_matrix(x: np.ndarray, dz: np.ndarray, target_rms: float, eps: float):
+    """BatchNorm's training forward and backward as one NumPy expression over
+    the whole matrix (the formulas before column blocks)."""
+    f32, n = np.float32, x.shape[0]
+    inv_n = f32(1.0 / n)
+    var_scale = f32(1.0 / (target_rms * target_rms))
+    mean = x.sum(axis=0, dtype=np.float64).astype(f32) * inv_n
+    uvar = np.einsum("ij,ij->j", x, x, dtype=np.float64).astype(f32) * inv_n
+    sc = np.maximum(uvar * var_scale + (-var_scale * mean) * mean, f32(0.0)) + f32(
+        var_scale * f32(eps))
+    scale = (1.0 / np.sqrt(sc.astype(np.float64))).astype(f32)
+    y = (x - mean) * scale
+    coeff = f32(-1.0 / (target_rms * target_rms * n))
+    v = coeff * np.einsum("ij,ij->j", y, dz, dtype=np.float64).astype(f32)
+    v *= scale
+    t = f32(-1.0 / n) * dz.sum(axis=0, dtype=np.float64).astype(f32)
+    z_term = y * v
+    dx = (dz + t) * scale
+    dx += z_term
+    return y, dx
+
+
+@pytest.mark.parametrize("shape", [(1024, 512), (37, 300), (200, 33), (9, 16), (64, 48)])
+def test_batchnorm_column_blocks_give_the_whole_matrix_bits(row_blocks, shape) -> None:
+    """BatchNorm's training propagate and backprop split into column blocks
+    on 3 threads (each column's sums over all rows, in row order) equal the
+    one-block computation and the whole-matrix formulas bit for bit, the
+    backprop also in place (in_deriv = out_deriv)."""
+    from pynnet3.nnet.components.normalization import BatchNormComponent
+    from tests.helpers_components import make_by_type
+
+    rng = np.random.default_rng(shape[1])
+    x = (rng.standard_normal(shape) * 3 + rng.standard_normal(shape[1]) * 5).astype(np.float32)
+    dz = rng.standard_normal(shape).astype(np.float32)
+    comp = make_by_type("BatchNormComponent", f"dim={shape[1]} target-rms=0.8")
+    assert isinstance(comp, BatchNormComponent)
+    ref_y, ref_dx = _batchnorm_whole_matrix(x, dz, comp.target_rms, comp.epsilon)
+    for n in (1, 3):
+        threads.set_row_threads(n)
+        y = np.empty_like(x)
+        memo = comp.propagate(None, x, y, use_jit=False)
+        np.testing.assert_array_equal(y, ref_y)
+        dx = np.empty_like(x)
+        comp.backprop("", None, None, y, dz, memo, None, dx, use_jit=False)
+        np.testing.assert_array_equal(dx, ref_dx)
+        in_place = dz.copy()
+        comp.backprop("", None, None, y, in_place, memo, None, in_place, use_jit=False)
+        np.testing.assert_array_equal(in_place, ref_dx)
+
+
 def test_row_blocks_work_in_a_forked_child(row_blocks) -> None:
     """The pool's threads are not copied by fork: a child starts its own."""
     import os

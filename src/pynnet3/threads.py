@@ -43,7 +43,8 @@ from typing import Callable, Iterator
 __all__ = ["THREAD_ENV_VARS", "available_cores", "env_num_threads", "limit_malloc_arenas",
            "resolve_num_threads",
            "set_blas_threads", "use_blas_threads", "blas_libraries",
-           "row_threads", "set_row_threads", "run_row_blocks", "ROW_BLOCKS_MIN_ELEMENTS"]
+           "row_threads", "set_row_threads", "run_row_blocks", "run_column_blocks",
+           "ROW_BLOCKS_MIN_ELEMENTS", "COLUMN_BLOCK_UNIT"]
 
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                    "NUMBA_NUM_THREADS")
@@ -386,3 +387,33 @@ def run_row_blocks(fn: Callable[[int, int], None], num_rows: int, num_elements: 
             _pool_lock.release()
         return
     fn(0, num_rows)
+
+
+#: Column blocks of :func:`run_column_blocks` are whole multiples of this
+#: many columns (64 bytes of float32: threads never write the same cache line
+#: of a row), the last one taking the remainder.
+COLUMN_BLOCK_UNIT = 16
+
+
+def run_column_blocks(fn: Callable[[int, int], None], num_cols: int, num_elements: int,
+                      min_elements: int | None = None) -> None:
+    """Calls ``fn(begin, end)`` on blocks of ``range(num_cols)`` (columns)
+    that together cover it once, split between threads as
+    :func:`run_row_blocks` splits rows (same rules, same pool): one call
+    ``fn(0, num_cols)`` with one thread or little work, else blocks of whole
+    :data:`COLUMN_BLOCK_UNIT`-column units, never narrower than one unit.
+
+    For per-column reductions over all rows (the column sums of BatchNorm):
+    NumPy reduces a block of two or more columns of a row-major matrix row
+    after row, as it does the whole matrix, so every column gets the same
+    bits whatever the blocks (a single column is a vector to NumPy, summed in
+    another order, hence the unit)."""
+    units = num_cols // COLUMN_BLOCK_UNIT
+    if units < 2:
+        fn(0, num_cols)
+        return
+
+    def unit_block(begin: int, end: int) -> None:
+        fn(begin * COLUMN_BLOCK_UNIT, num_cols if end == units else end * COLUMN_BLOCK_UNIT)
+
+    run_row_blocks(unit_block, units, num_elements, min_elements)

@@ -20,6 +20,7 @@ import numpy as np
 from ... import log
 from ...io.kaldi_io import KaldiReader, KaldiWriter, f32
 from ...numba_cache import lazy_njit, numba_loaded
+from ...threads import run_column_blocks
 from ..config_line import ConfigLine
 from .base import Component, Prop, fmt_bool, fmt_g, register, reshape_rows, rng, summarize_vector
 
@@ -503,15 +504,20 @@ class BatchNormComponent(Component):
                 _bn_forward_jit(x, y, work[0], work[1], inv_n, var_scale, var_floor,
                                 mean, uvar, scale)
                 return memo
-            # Column sums in double (float32 products are exact there); the
-            # dtype= forms cast in small buffers instead of copying x.
-            mean[:] = x.sum(axis=0, dtype=np.float64).astype(_F32) * inv_n
-            uvar[:] = np.einsum("ij,ij->j", x, x, dtype=np.float64).astype(_F32) * inv_n
-            sc = uvar * var_scale + (-var_scale * mean) * mean
-            sc = np.maximum(sc, _F32(0.0)) + var_floor
-            scale[:] = (1.0 / np.sqrt(sc.astype(np.float64))).astype(_F32)
-            np.subtract(x, mean, out=y)
-            y *= scale
+            def columns(b: int, e: int) -> None:
+                # Column sums in double (float32 products are exact there);
+                # the dtype= forms cast in small buffers instead of copying x.
+                xs, ys = x[:, b:e], y[:, b:e]
+                m, u, s = mean[b:e], uvar[b:e], scale[b:e]
+                m[:] = xs.sum(axis=0, dtype=np.float64).astype(_F32) * inv_n
+                u[:] = np.einsum("ij,ij->j", xs, xs, dtype=np.float64).astype(_F32) * inv_n
+                sc = u * var_scale + (-var_scale * m) * m
+                sc = np.maximum(sc, _F32(0.0)) + var_floor
+                s[:] = (1.0 / np.sqrt(sc.astype(np.float64))).astype(_F32)
+                np.subtract(xs, m, out=ys)
+                ys *= s
+
+            run_column_blocks(columns, x.shape[1], x.size)
             return memo
         if self.offset.shape[0] != self.block_dim:
             raise RuntimeError("Test mode set in BatchNormComponent, but no stats.")
@@ -564,16 +570,23 @@ class BatchNormComponent(Component):
             _bn_backprop_jit(z, dz, dx, work[0], work[1], coeff, _F32(-1.0 / num_frames),
                              scale, var_deriv_mod, temp)
             return
-        var_deriv_mod[:] = coeff * np.einsum("ij,ij->j", z, dz,
-                                             dtype=np.float64).astype(_F32)
-        var_deriv_mod *= scale
-        temp[:] = _F32(-1.0 / num_frames) * dz.sum(axis=0, dtype=np.float64).astype(_F32)
-        # Both column statistics are taken before dx (maybe dz) is written.
-        # dx = (dz + temp) * scale + z * var_deriv_mod, rounded in that order.
-        z_term = z * var_deriv_mod
-        np.add(dz, temp, out=dx)
-        dx *= scale
-        dx += z_term
+        minus_inv_n = _F32(-1.0 / num_frames)
+
+        def columns(b: int, e: int) -> None:
+            zs, dzs, dxs = z[:, b:e], dz[:, b:e], dx[:, b:e]
+            v, t, s = var_deriv_mod[b:e], temp[b:e], scale[b:e]
+            v[:] = coeff * np.einsum("ij,ij->j", zs, dzs, dtype=np.float64).astype(_F32)
+            v *= s
+            t[:] = minus_inv_n * dzs.sum(axis=0, dtype=np.float64).astype(_F32)
+            # Both column statistics are taken before dx (maybe dz) is
+            # written.  dx = (dz + temp) * scale + z * var_deriv_mod, rounded
+            # in that order.
+            z_term = zs * v
+            np.add(dzs, t, out=dxs)
+            dxs *= s
+            dxs += z_term
+
+        run_column_blocks(columns, z.shape[1], z.size)
 
     def store_stats(self, in_value: np.ndarray, out_value: np.ndarray, memo) -> None:
         if self.test_mode:
