@@ -279,6 +279,27 @@ def test_batchnorm_column_blocks_give_the_whole_matrix_bits(row_blocks, shape) -
         np.testing.assert_array_equal(in_place, ref_dx)
 
 
+def test_batchnorm_column_blocks_with_a_block_dim(row_blocks) -> None:
+    """With block-dim < dim the statistics are per block column (rows of
+    block_dim values): column blocks split those, with the same bits."""
+    from tests.helpers_components import make_by_type
+
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((50, 96)) * 2 + 1).astype(np.float32)
+    dz = rng.standard_normal((50, 96)).astype(np.float32)
+    comp = make_by_type("BatchNormComponent", "dim=96 block-dim=48")
+    ref_y, ref_dx = _batchnorm_whole_matrix(x.reshape(-1, 48), dz.reshape(-1, 48),
+                                            comp.target_rms, comp.epsilon)
+    for n in (1, 3):
+        threads.set_row_threads(n)
+        y = np.empty_like(x)
+        memo = comp.propagate(None, x, y, use_jit=False)
+        np.testing.assert_array_equal(y.reshape(-1, 48), ref_y)
+        dx = np.empty_like(x)
+        comp.backprop("", None, None, y, dz, memo, None, dx, use_jit=False)
+        np.testing.assert_array_equal(dx.reshape(-1, 48), ref_dx)
+
+
 def test_row_blocks_work_in_a_forked_child(row_blocks) -> None:
     """The pool's threads are not copied by fork: a child starts its own."""
     import os
