@@ -27,8 +27,10 @@ each with single-threaded BLAS; see ``compute/utterances.py``) and keep
 BLAS threads for callers whose products are large enough to profit.  With
 more than one BLAS thread, the large row-wise operations between products
 (log-softmax, ReLU backprop) are split by rows between the same number of
-threads (:func:`run_row_blocks`, same bits as one block), and OpenBLAS's idle
-workers are then told to stop spinning soon after a product.
+threads (:func:`run_row_blocks`, same bits as one block), per-column
+reductions (batch-norm's statistics) by columns (:func:`run_column_blocks`,
+same bits too), and OpenBLAS's idle workers are then told to stop spinning
+soon after a product.
 """
 from __future__ import annotations
 
