@@ -27,7 +27,8 @@ Interface (everything a bench needs)::
     print(ks.format_pair("nnet3-compute vosk, 1 thread", pair,
                          work_units=20000, unit="frames"))
     # -> "nnet3-compute vosk, 1 thread: Kaldi 2.23 s 8,970 frames/s 29 MB |
-    #     pynnet3 2.15 s 9,294 frames/s 104 MB | pynnet3/Kaldi speed 1.04x"
+    #     pynnet3 2.15 s 9,294 frames/s 104 MB | pynnet3/Kaldi speed 1.04x
+    #     (medians of 3: Kaldi 2.31 s, pynnet3 2.19 s, 1.05x)"
 
     ks.time_command(cmd, env=env, cwd=work)      # one run: Timing(wall, cpu, rss_mb)
     ks.print_recorded("nnet3-train mb128")       # the fallback lines for a key prefix
@@ -39,7 +40,10 @@ system seconds (of it and its children), ``rss_mb`` its peak resident set
 from ``os.wait4``, which also counts this Python process's memory at fork).  A pair keeps the run
 with the least wall time of each side ("best of N": on a shared machine the
 fastest run is the least disturbed one).  The speed ratio is
-Kaldi's wall / pynnet3's wall: above 1 means pynnet3 is faster.
+Kaldi's wall / pynnet3's wall: above 1 means pynnet3 is faster.  With 3 or
+more runs a side the line ends with both medians and their ratio too: runs
+on these machines spread by several percent, Kaldi's as much as pynnet3's,
+and a ratio near a target means little unless both agree.
 
 Commands must succeed (exit 0); on failure ``CommandFailed`` carries the
 tail of stderr.  Outputs go to files in ``cwd`` as the commands say; the
@@ -49,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -244,6 +249,16 @@ class Pair:
         """pynnet3's speed / Kaldi's (Kaldi wall / pynnet3 wall)."""
         return None if self.kaldi is None else self.kaldi.wall / self.pynnet3.wall
 
+    def median_walls(self) -> tuple[float, float] | None:
+        """(Kaldi's, pynnet3's) median wall time over the measured runs, or
+        None without a Kaldi run or with fewer than 3 runs a side (this
+        machine's run-to-run spread is several percent: the medians show it
+        beside the best runs)."""
+        if len(self.kaldi_runs) < 3 or len(self.pynnet3_runs) < 3:
+            return None
+        return (statistics.median(t.wall for t in self.kaldi_runs),
+                statistics.median(t.wall for t in self.pynnet3_runs))
+
 
 def side_by_side(kaldi_cmd: list[str] | None, pynnet3_cmd: list[str], *, runs: int = 3,
                  env: dict[str, str] | None = None, cwd: str | Path | None = None,
@@ -283,8 +298,11 @@ def format_pair(label: str, pair: Pair, *, work_units: float | None = None,
     recorded figure of ``recorded_key`` (if any) stands in, labelled."""
     ours = _side("pynnet3", pair.pynnet3, work_units, unit)
     if pair.kaldi is not None:
+        medians = pair.median_walls()
+        spread = (f" (medians of {len(pair.pynnet3_runs)}: Kaldi {medians[0]:.3f} s, pynnet3 "
+                  f"{medians[1]:.3f} s, {medians[0] / medians[1]:.2f}x)") if medians else ""
         return (f"{label}: {_side('Kaldi', pair.kaldi, work_units, unit)} | {ours} | "
-                f"pynnet3/Kaldi speed {pair.speed_ratio:.2f}x")
+                f"pynnet3/Kaldi speed {pair.speed_ratio:.2f}x{spread}")
     rec = recorded(recorded_key) if recorded_key else None
     if rec is None or not work_units:
         return f"{label}: Kaldi not run | {ours}"
