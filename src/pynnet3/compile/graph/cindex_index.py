@@ -44,9 +44,14 @@ class CindexIndex:
 
     # -- (n, x) codes --------------------------------------------------------------------
     def _codes(self, n: np.ndarray, x: np.ndarray) -> np.ndarray:
-        pair = n * _TWO32 + (x & 0xFFFFFFFF)
         vals = self._pair_vals
         num = len(vals)
+        if num == 1 and vals[0] == 0 and not n.any() and not x.any():
+            # (n = 0 and x = 0 throughout, a one-sequence request's usual
+            # case: every code is the one pair's, 0; two reductions instead
+            # of forming and comparing the pair values.)
+            return np.zeros(len(n), dtype=_I64)
+        pair = n * _TWO32 + (x & 0xFFFFFFFF)
         if num == 1 and (pair == vals[0]).all():
             # (One sequence and x = 0, the usual case: every code is 0.)
             return np.zeros(len(pair), dtype=_I64) + self._pair_codes[0]
@@ -103,6 +108,9 @@ class CindexIndex:
             start += len(node)
 
     def _dense_keys(self, node: np.ndarray, t: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        if self._pcap == 1:
+            # (One (n, x) pair fits: every code is 0.)
+            return node * self._tspan + (t - self._t0)
         return (node * self._tspan + (t - self._t0)) * self._pcap + codes
 
     def _insert_sorted(self, nd: int, keys: np.ndarray, ids: np.ndarray) -> None:
