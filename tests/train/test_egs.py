@@ -353,6 +353,27 @@ def test_get_egs_with_kaldis_chunk_starts(case: str, name: str, compress: bool,
     assert out.read_bytes() == (d / name).read_bytes()
 
 
+DEGENERATE = Path(__file__).resolve().parents[1] / "data" / "compression"
+
+
+@pytest.mark.parametrize("rows,lc,nf", [(12, 2, 8), (4, 0, 4)])
+def test_get_egs_compresses_degenerate_matrices_as_kaldi(rows: int, lc: int, nf: int,
+                                                         tmp_path: Path) -> None:
+    """Features whose column percentiles coincide in float (a range tiny next
+    to the values, constant columns, one outlier: tests/data/compression)
+    compress to Kaldi's bytes: where a fraction is 0/0 or x/0, Kaldi's int
+    cast gives INT_MIN and the clamp the range's lowest code (192 in the upper
+    range; NumPy's cast of NaN gave 0).  12-row chunks use the one-byte
+    per-column format, 4-row ones the two-byte format."""
+    out = tmp_path / "egs.ark"
+    status = get_egs(f"ark:{DEGENERATE}/feats.ark", f"ark:{DEGENERATE}/post.ark", f"ark:{out}",
+                     ExampleGenerationConfig(left_context=lc, right_context=lc,
+                                             num_frames_str=str(nf)),
+                     GetEgsOptions(compress=True, num_pdfs=10))
+    assert status == 0
+    assert out.read_bytes() == (DEGENERATE / f"kaldi_egs_{rows}rows.ark").read_bytes()
+
+
 @pytest.mark.parametrize("case", curated("train", ["affine_xent", "quadratic"]))
 def test_get_egs_chunking_rules(case: str, tmp_path: Path) -> None:
     """Our (seeded) chunk placement obeys Kaldi's rules; sizes/counts match Kaldi's run."""

@@ -75,16 +75,33 @@ def _char_to_float(p0, p25, p75, p100, values: np.ndarray) -> np.ndarray:
     return np.where(v <= 64, low, np.where(v <= 192, mid, high)).astype(F32)
 
 
+_INT_MIN = -2.0 ** 31
+
+
+def _c_int(x: np.ndarray) -> np.ndarray:
+    """``static_cast<int>(x)`` of doubles, as x86-64 computes it (``cvttsd2si``,
+    where Kaldi's reference outputs were made): truncation toward zero, and
+    INT_MIN ("integer indefinite") for NaN and for values outside int's
+    range, which C leaves undefined.  As float64."""
+    t = np.trunc(x)
+    return np.where((t >= _INT_MIN) & (t < 2.0 ** 31), t, _INT_MIN)
+
+
 def _float_to_char(p0, p25, p75, p100, values: np.ndarray) -> np.ndarray:
-    """FloatToChar: three ranges, ``int(f * k + 0.5)`` truncated then clamped."""
+    """FloatToChar: three ranges, ``int(f * k + 0.5)`` truncated then clamped.
+
+    Where the percentiles of a column coincide in float (a range tiny next
+    to the values: every row alike), a fraction is 0/0 or x/0; Kaldi's int
+    cast makes that INT_MIN, which the clamp turns into its range's lowest
+    code (192 for the upper range), and so does :func:`_c_int` here."""
     v = values.astype(F32)
     with np.errstate(all="ignore"):
         f0 = (v - p0) / (p25 - p0)
-        a0 = np.clip(np.trunc((f0 * F32(64)).astype(np.float64) + 0.5), 0, 64)
+        a0 = np.clip(_c_int((f0 * F32(64)).astype(np.float64) + 0.5), 0, 64)
         f1 = (v - p25) / (p75 - p25)
-        a1 = np.clip(64 + np.trunc((f1 * F32(128)).astype(np.float64) + 0.5), 64, 192)
+        a1 = np.clip(64 + _c_int((f1 * F32(128)).astype(np.float64) + 0.5), 64, 192)
         f2 = (v - p75) / (p100 - p75)
-        a2 = np.clip(192 + np.trunc((f2 * F32(63)).astype(np.float64) + 0.5), 192, 255)
+        a2 = np.clip(192 + _c_int((f2 * F32(63)).astype(np.float64) + 0.5), 192, 255)
     return np.where(v < p25, a0, np.where(v < p75, a1, a2)).astype(np.uint8)
 
 
