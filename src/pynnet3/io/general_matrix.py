@@ -150,13 +150,9 @@ class CompressedMatrix:
             raise ValueError(f"invalid compression method {method}")
         if method in (CompressionMethod.SPEECH_FEATURE, CompressionMethod.TWO_BYTE_AUTO,
                       CompressionMethod.ONE_BYTE_AUTO):
-            min_value, max_value = F32(mat.min()), F32(mat.max())
-            if max_value == min_value:
-                # C++: float + double -> double, stored back into a float.
-                max_value = F32(np.float64(min_value) + (1.0 + abs(np.float64(min_value))))
-            if not (np.isfinite(min_value) and np.isfinite(max_value)):
-                raise FormatError("cannot compress a matrix with NaN's or Inf's")
-            min_value, range_ = min_value, F32(max_value - min_value)
+            mins, ranges = _global_headers(np.array([mat.min()], dtype=F32),
+                                           np.array([mat.max()], dtype=F32))
+            min_value, range_ = mins[0], ranges[0]
         elif method == CompressionMethod.TWO_BYTE_SIGNED_INTEGER:
             min_value, range_ = F32(-32768.0), F32(65535.0)
         elif method == CompressionMethod.ONE_BYTE_UNSIGNED_INTEGER:
@@ -188,16 +184,7 @@ class CompressedMatrix:
         if count == 0 or num_rows == 0 or num_cols == 0:
             return [CompressedMatrix.from_matrix(m) for m in mats]
         flat = mats.reshape(count, -1)
-        mins, maxs = flat.min(axis=1), flat.max(axis=1)
-        same = maxs == mins
-        if same.any():
-            # (as from_matrix: float + double -> double, stored in a float)
-            m64 = mins[same].astype(np.float64)
-            maxs = maxs.copy()
-            maxs[same] = (m64 + (1.0 + np.abs(m64))).astype(F32)
-        if not (np.isfinite(mins).all() and np.isfinite(maxs).all()):
-            raise FormatError("cannot compress a matrix with NaN's or Inf's")
-        ranges = maxs - mins                                   # float32
+        mins, ranges = _global_headers(flat.min(axis=1), flat.max(axis=1))
         mn, rg = mins[:, None, None], ranges[:, None, None]
         if num_rows > 8:                                       # SPEECH_FEATURE
             headers = _compute_col_headers(mins[:, None], ranges[:, None], mats, axis=1)
@@ -309,6 +296,21 @@ class CompressedMatrix:
             w.write_raw(self.data.astype("<u2").tobytes())
         else:
             w.write_raw(self.data.astype(np.uint8).tobytes())
+
+
+def _global_headers(mins: np.ndarray, maxs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """ComputeGlobalHeader's (min, range) of matrices with these float32
+    minima and maxima: a constant matrix gets max = min + (1 + |min|) (C++:
+    float + double -> double, stored back into a float); NaN or Inf is
+    refused."""
+    same = maxs == mins
+    if same.any():
+        m64 = mins[same].astype(np.float64)
+        maxs = maxs.copy()
+        maxs[same] = (m64 + (1.0 + np.abs(m64))).astype(F32)
+    if not (np.isfinite(mins).all() and np.isfinite(maxs).all()):
+        raise FormatError("cannot compress a matrix with NaN's or Inf's")
+    return mins, maxs - mins                                  # float32
 
 
 def _compute_col_headers(min_value: Any, range_: Any, mat: np.ndarray,
