@@ -53,3 +53,21 @@ def test_array_and_unusual_integer_calls_go_to_numpy() -> None:
     assert g._numpy is not None
     assert g.integers(10) == n.integers(10)
     assert g.integers(np.int64(0), np.int64(3)) == n.integers(np.int64(0), np.int64(3))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_scalar_random_matches_numpy_between_integer_draws(seed: int) -> None:
+    """random() (one float64, the self-repair draw) interleaved with small
+    integer draws that leave a buffered 32-bit half, all without NumPy."""
+    g, n = LightGenerator(seed), np.random.default_rng(seed)
+    choose = np.random.RandomState(seed % 2**32)
+    for _ in range(2000):
+        if choose.rand() < 0.5:
+            assert g.random() == n.random()
+        else:
+            span = int(choose.choice([2, 4, 7]))
+            assert g.integers(0, span) == n.integers(0, span)
+    assert g._numpy is None
+    assert g.random(dtype=np.float64) == n.random(dtype=np.float64)   # NumPy's from here
+    assert g._numpy is not None
+    assert g.random() == n.random()

@@ -10,9 +10,10 @@ part of a short nnet3-train job's start-up (Kaldi starts in a few ms).
 
 :class:`LightGenerator` is that generator for scalar ``integers(low, high)``
 draws, computed here exactly as NumPy computes them (same seeding, same
-128-bit PCG64 (XSL-RR) stream, same Lemire bounded draw), so every value,
+128-bit PCG64 (XSL-RR) stream, same Lemire bounded draw), and for a scalar
+``random()`` (the ReLU self-repair's draw on each backprop), so every value,
 and so every trained model, is the same as with NumPy's generator.  Any
-other use (``random``, ``standard_normal``, arrays of integers ...) hands the
+other use (``random`` with arguments, ``standard_normal``, arrays of integers ...) hands the
 exact state over to a real ``np.random.Generator`` and goes on there, so
 the stream continues unbroken.  tests/nnet/test_light_rng.py checks the
 values and the hand-over against NumPy.
@@ -80,8 +81,8 @@ def _seed_words(seed: int) -> list[int]:
 
 
 class LightGenerator:
-    """``np.random.default_rng(seed)`` for scalar ``integers(low, high)``;
-    anything else is passed on to NumPy's generator, made with the state
+    """``np.random.default_rng(seed)`` for scalar ``integers(low, high)`` and
+    ``random()``; anything else is passed on to NumPy's generator, made with the state
     reached so far."""
 
     def __init__(self, seed: int) -> None:
@@ -134,6 +135,14 @@ class LightGenerator:
                     leftover = m & _M32
             return low + (m >> 32)
         return self.numpy_generator().integers(low, high, size, *args, **kwargs)
+
+    def random(self, *args: Any, **kwargs: Any) -> Any:
+        if self._numpy is None and not args and not kwargs:
+            # Generator.random() for one float64: pcg64_next_double, the top
+            # 53 bits of a 64-bit output (the buffered 32-bit half is left
+            # as it is).  The ReLU self-repair draws one per backprop.
+            return (self._next64() >> 11) * (1.0 / 9007199254740992.0)
+        return self.numpy_generator().random(*args, **kwargs)
 
     def numpy_generator(self) -> Any:
         """The NumPy generator that continues this stream (made once)."""
