@@ -22,7 +22,7 @@ from ..config_line import ConfigLine
 from .base import (Component, Prop, UpdatableComponent, fmt_g, print_parameter_stats, randn,
                    register, reshape_rows)
 from .natural_gradient import OnlineNaturalGradient, precondition_in_out
-from .numeric import add_scaled_f32, scale_arrays
+from .numeric import add_scaled_f32, row_sum, scale_arrays
 
 # Property masks as plain ints, built once: properties() is asked for every
 # component many times per minibatch, and IntFlag arithmetic costs ~1 us an op.
@@ -301,10 +301,12 @@ class AffineComponent(AffineParamsMixin, UpdatableComponent):
     # -- math --------------------------------------------------------------
     def propagate(self, indexes: Any, in_value: np.ndarray, out_value: np.ndarray) -> None:
         check_rows(in_value, out_value)
-        # bias + in * W^T, the product written straight into out_value
-        # (x + b == b + x exactly, so this is Kaldi's result bit for bit).
-        np.matmul(in_value, self.linear_params.T, out=out_value)
-        out_value += self.bias_params
+        # Kaldi's order: the bias copied into each row, then the product
+        # added by sgemm with beta = 1.  Where the BLAS splits the inner
+        # dimension into blocks, the bias is the first term of the sum, as in
+        # Kaldi; and there is no separate pass adding the bias afterwards.
+        out_value[...] = self.bias_params
+        add_mat_mat(1.0, in_value, self.linear_params.T, 1.0, out_value)
         return None
 
     def backprop(self, debug_info: str, indexes: Any, in_value: np.ndarray | None,
@@ -323,7 +325,7 @@ class AffineComponent(AffineParamsMixin, UpdatableComponent):
     def update_simple(self, in_value: np.ndarray, out_deriv: np.ndarray) -> None:
         """Plain SGD step (or gradient accumulation when is_gradient)."""
         lr = np.float32(self.learning_rate)
-        self.bias_params += lr * out_deriv.sum(axis=0, dtype=np.float32)
+        self.bias_params += lr * row_sum(out_deriv)
         add_mat_mat(float(lr), out_deriv.T, in_value, 1.0, self.linear_params)
 
     def update(self, debug_info: str, in_value: np.ndarray, out_deriv: np.ndarray) -> None:
@@ -717,10 +719,12 @@ class FixedAffineComponent(Component):
 
     def propagate(self, indexes: Any, in_value: np.ndarray, out_value: np.ndarray) -> None:
         check_rows(in_value, out_value)
-        # bias + in * W^T, the product written straight into out_value
-        # (x + b == b + x exactly, so this is Kaldi's result bit for bit).
-        np.matmul(in_value, self.linear_params.T, out=out_value)
-        out_value += self.bias_params
+        # Kaldi's order: the bias copied into each row, then the product
+        # added by sgemm with beta = 1.  Where the BLAS splits the inner
+        # dimension into blocks, the bias is the first term of the sum, as in
+        # Kaldi; and there is no separate pass adding the bias afterwards.
+        out_value[...] = self.bias_params
+        add_mat_mat(1.0, in_value, self.linear_params.T, 1.0, out_value)
         return None
 
     def backprop(self, debug_info: str, indexes: Any, in_value: np.ndarray | None,

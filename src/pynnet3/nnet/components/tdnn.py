@@ -25,6 +25,7 @@ from .affine import (AffineParamsMixin, random_bias, random_params, read_end_of_
                      set_preconditioner, verbose_level)
 from .base import Prop, UpdatableComponent, fmt_g, print_parameter_stats, register
 from .natural_gradient import OnlineNaturalGradient, precondition_in_out
+from .numeric import row_sum
 from .tdnn_indexes import (_computation_io, _indexes_for_computation_columns,
                            _modify_computation_io, _nx_keys, get_computation_io,
                            reorder_single_image)
@@ -335,22 +336,16 @@ class TdnnComponent(AffineParamsMixin, UpdatableComponent):
         d = self.linear_params.shape[1] // num_offsets if num_offsets else 0
         stride = indexes.row_stride
         has_bias = self.bias_params.shape[0] != 0
-        # One GEMM per time offset, on a strided view of the input rows (no
-        # splicing copy), as Kaldi's Propagate.  With a bias the first product
-        # goes straight into out_value and the bias is added to it: b + x0 ==
-        # x0 + b exactly, so the sums are Kaldi's ((b + x0) + x1) + ...
-        # The products after the first accumulate inside the sgemm (beta = 1,
-        # Kaldi's AddMatMat): no temporary and no extra pass over out_value.
+        # Kaldi's order: the bias copied into each row first, then one GEMM
+        # per time offset on a strided view of the input rows (no splicing
+        # copy), each accumulating inside the sgemm (beta = 1, Kaldi's
+        # AddMatMat): no temporary and no extra pass over out_value.
+        if has_bias:
+            out_value[...] = self.bias_params
         for i, row_offset in enumerate(indexes.row_offsets):
             part = _input_part(in_value, num_rows, stride, row_offset)
             weights = self.linear_params[:, i * d:(i + 1) * d].T
-            if i == 0 and has_bias:
-                np.matmul(part, weights, out=out_value)
-                out_value += self.bias_params
-            else:
-                add_mat_mat(1.0, part, weights, 1.0, out_value)
-        if has_bias and not indexes.row_offsets:
-            out_value[...] = self.bias_params
+            add_mat_mat(1.0, part, weights, 1.0, out_value)
         return None
 
     def backprop(self, debug_info: str, indexes: TdnnPrecomputedIndexes,
@@ -389,7 +384,7 @@ class TdnnComponent(AffineParamsMixin, UpdatableComponent):
                        out_deriv: np.ndarray) -> None:
         lr = np.float32(self.learning_rate)
         if self.bias_params.shape[0] != 0:
-            self.bias_params += lr * out_deriv.sum(axis=0, dtype=np.float32)
+            self.bias_params += lr * row_sum(out_deriv)
         spliced = self._spliced_input(indexes, in_value, out_deriv.shape[0])
         self.linear_params += lr * (out_deriv.T @ spliced)
 
