@@ -300,6 +300,24 @@ def test_batchnorm_column_blocks_with_a_block_dim(row_blocks) -> None:
         np.testing.assert_array_equal(dx.reshape(-1, 48), ref_dx)
 
 
+@pytest.mark.parametrize("layout", ["C", "F", "columns", "rows"])
+@pytest.mark.parametrize("shape", [(1024, 2000), (37, 300), (200, 33), (9, 16), (5, 1)])
+def test_row_sum_column_blocks_give_numpys_bits(row_blocks, shape, layout) -> None:
+    """The bias gradient's row sum (numeric.row_sum), its columns split on 3
+    threads, equals NumPy's whole-matrix float32 sum bit for bit, for
+    C- and Fortran-ordered matrices and column or row ranges of wider ones."""
+    from pynnet3.nnet.components.numeric import row_sum
+
+    rng = np.random.default_rng(shape[0] + shape[1])
+    big = (rng.standard_normal((shape[0] + 2, shape[1] + 5)) * 100).astype(np.float32)
+    m = {"C": big[:shape[0], :shape[1]].copy(), "F": np.asfortranarray(big[:shape[0], :shape[1]]),
+         "columns": big[:shape[0], 2:shape[1] + 2], "rows": big[1:shape[0] + 1, :shape[1]]}[layout]
+    want = m.sum(axis=0, dtype=np.float32)
+    for n in (1, 3):
+        threads.set_row_threads(n)
+        np.testing.assert_array_equal(row_sum(m), want)
+
+
 def test_row_blocks_work_in_a_forked_child(row_blocks) -> None:
     """The pool's threads are not copied by fork: a child starts its own."""
     import os

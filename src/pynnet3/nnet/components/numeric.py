@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...threads import run_column_blocks
 from .base import randn
 
 
@@ -61,7 +62,20 @@ def random_vector(dim: int, mean: float, stddev: float) -> np.ndarray:
 
 
 def row_sum(m: np.ndarray) -> np.ndarray:
-    return m.sum(axis=0, dtype=F32)
+    """The sum of the rows of a matrix in float32 (Kaldi's AddRowSumMat, as
+    NumPy's ``m.sum(axis=0, dtype=float32)`` adds them), its columns split
+    between the process's threads on large matrices: each block of columns
+    is summed over all rows in the same order, so the bits are the same
+    whatever the number of threads (:func:`pynnet3.threads.run_column_blocks`)."""
+    if m.ndim != 2:
+        return m.sum(axis=0, dtype=F32)
+    out = np.empty(m.shape[1], dtype=F32)
+
+    def columns(b: int, e: int) -> None:
+        np.sum(m[:, b:e], axis=0, dtype=F32, out=out[b:e])
+
+    run_column_blocks(columns, m.shape[1], m.size)
+    return out
 
 
 def scale_arrays(alpha: float, *arrays: np.ndarray) -> None:
