@@ -128,6 +128,17 @@ def check_rows(in_value: np.ndarray, out_value: np.ndarray) -> None:
                          f"{out_value.shape[0]} output rows")
 
 
+def bias_then_product(in_value: np.ndarray, linear_params: np.ndarray,
+                      bias_params: np.ndarray, out_value: np.ndarray) -> None:
+    """``out = in W^T + b`` in Kaldi's order (its CopyRowsFromVec, then
+    AddMatMat with beta = 1): where the BLAS splits the inner dimension into
+    blocks the bias is the first term of each sum, as in Kaldi, and no
+    separate pass adds the bias afterwards."""
+    check_rows(in_value, out_value)
+    out_value[...] = bias_params
+    add_mat_mat(1.0, in_value, linear_params.T, 1.0, out_value)
+
+
 class AffineParamsMixin:
     """Parameter operations of components holding ``linear_params`` and
     ``bias_params`` (the bias may be empty, e.g. TdnnComponent use-bias=false).
@@ -300,13 +311,7 @@ class AffineComponent(AffineParamsMixin, UpdatableComponent):
 
     # -- math --------------------------------------------------------------
     def propagate(self, indexes: Any, in_value: np.ndarray, out_value: np.ndarray) -> None:
-        check_rows(in_value, out_value)
-        # Kaldi's order: the bias copied into each row, then the product
-        # added by sgemm with beta = 1.  Where the BLAS splits the inner
-        # dimension into blocks, the bias is the first term of the sum, as in
-        # Kaldi; and there is no separate pass adding the bias afterwards.
-        out_value[...] = self.bias_params
-        add_mat_mat(1.0, in_value, self.linear_params.T, 1.0, out_value)
+        bias_then_product(in_value, self.linear_params, self.bias_params, out_value)
         return None
 
     def backprop(self, debug_info: str, indexes: Any, in_value: np.ndarray | None,
@@ -718,13 +723,7 @@ class FixedAffineComponent(Component):
                 + print_parameter_stats("bias", self.bias_params, True))
 
     def propagate(self, indexes: Any, in_value: np.ndarray, out_value: np.ndarray) -> None:
-        check_rows(in_value, out_value)
-        # Kaldi's order: the bias copied into each row, then the product
-        # added by sgemm with beta = 1.  Where the BLAS splits the inner
-        # dimension into blocks, the bias is the first term of the sum, as in
-        # Kaldi; and there is no separate pass adding the bias afterwards.
-        out_value[...] = self.bias_params
-        add_mat_mat(1.0, in_value, self.linear_params.T, 1.0, out_value)
+        bias_then_product(in_value, self.linear_params, self.bias_params, out_value)
         return None
 
     def backprop(self, debug_info: str, indexes: Any, in_value: np.ndarray | None,
