@@ -13,9 +13,9 @@ draws, computed here exactly as NumPy computes them (same seeding, same
 128-bit PCG64 (XSL-RR) stream, same Lemire bounded draw), and for a scalar
 ``random()`` (the ReLU self-repair's draw on each backprop), so every value,
 and so every trained model, is the same as with NumPy's generator.  Any
-other use (``random`` with arguments, ``standard_normal``, arrays of integers ...) hands the
-exact state over to a real ``np.random.Generator`` and goes on there, so
-the stream continues unbroken.  tests/nnet/test_light_rng.py checks the
+other use (``random`` with arguments, ``standard_normal``, arrays of
+integers ...) hands the exact state over to a real ``np.random.Generator``
+and goes on there, so the stream continues unbroken.  tests/nnet/test_light_rng.py checks the
 values and the hand-over against NumPy.
 """
 from __future__ import annotations
@@ -82,8 +82,8 @@ def _seed_words(seed: int) -> list[int]:
 
 class LightGenerator:
     """``np.random.default_rng(seed)`` for scalar ``integers(low, high)`` and
-    ``random()``; anything else is passed on to NumPy's generator, made with the state
-    reached so far."""
+    ``random()``; anything else is passed on to NumPy's generator, made with
+    the state reached so far."""
 
     def __init__(self, seed: int) -> None:
         w = _seed_words(seed)
