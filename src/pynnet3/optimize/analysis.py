@@ -868,6 +868,8 @@ def access_summary_arrays(cmd: np.ndarray, sub: np.ndarray, flag: np.ndarray,
     kernel = (_access_summary_kernel.py_func if not fp.analysis_jit
               else _access_summary_kernel if len(var_offsets) > fp.analysis_jit_from
               else _access_summary_python if len(cmd) < 2 * fp.analysis_python_below
+              else _access_summary_kernel if (fp.analysis_jit_when_loaded
+                                              and _access_summary_kernel.is_materialised)
               else _access_summary_numpy)
     return kernel(
         np.ascontiguousarray(cmd, dtype=np.int64), np.ascontiguousarray(sub, dtype=np.int64),

@@ -151,7 +151,8 @@ class ComputationVariables:
         if num_matrices > 1 and (sizes[1:] <= 0).any():
             m = int(np.flatnonzero((sizes[1:] <= 0).any(axis=1))[0]) + 1
             raise ComputationCheckError(f"matrix m{m} has size {sizes[m, 0]} x {sizes[m, 1]}")
-        if fp.analysis_jit and len(table) >= fp.analysis_jit_from:
+        if fp.analysis_jit and (len(table) >= fp.analysis_jit_from or (
+                fp.analysis_jit_when_loaded and _variables_kernel.is_materialised)):
             self._init_jit(table, sizes)
         else:
             self._init_numpy(table, sizes)
