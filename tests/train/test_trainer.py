@@ -427,6 +427,37 @@ def test_update_with_max_change_numpy() -> None:
     assert "Per-component max-change active on 2 / 2 Updatable Components." in err.getvalue()
 
 
+def test_update_without_limits_takes_no_norms(monkeypatch) -> None:
+    """No --max-param-change and no component max-change: the change is
+    applied as it is, without the norms (which decide nothing then); with
+    one component limit, every norm is taken again."""
+    from pynnet3.train import nnet_update
+
+    rs = np.random.RandomState(5)
+    real_dot = nnet_update._dot
+    for max_change, max_param_change, want_dots in ((0.0, 0.0, 0), (0.5, 0.0, 2),
+                                                    (0.0, 2.0, 2)):
+        nnet = _two_affine_nnets(max_change=max_change)
+        delta = copy.deepcopy(nnet)
+        for comp in delta.components:
+            if comp.is_updatable():
+                comp.linear_params[...] = 0.01 * rs.randn(*comp.linear_params.shape)
+                comp.bias_params[...] = 0.01 * rs.randn(*comp.bias_params.shape)
+        before = copy.deepcopy(nnet)
+        dots = []
+        monkeypatch.setattr(nnet_update, "_dot", lambda a, b: dots.append(1) or real_dot(a, b))
+        stats = MaxChangeStats.for_nnet(nnet)
+        assert update_nnet_with_max_change(delta, max_param_change, 1.0, 0.5, nnet, stats)
+        assert len(dots) == want_dots
+        assert stats.num_minibatches_processed == 1
+        for i, comp in enumerate(nnet.components):
+            if comp.is_updatable():
+                for attr in ("linear_params", "bias_params"):
+                    want = (getattr(before.components[i], attr)
+                            + np.float32(0.5) * getattr(delta.components[i], attr))
+                    np.testing.assert_array_equal(getattr(comp, attr), want)
+
+
 def test_infinite_change_is_not_applied() -> None:
     nnet = _two_affine_nnets()
     delta = copy.deepcopy(nnet)

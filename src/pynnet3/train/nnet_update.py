@@ -275,6 +275,13 @@ def update_nnet_with_max_change(delta_nnet: "Nnet", max_param_change: float,
     min_scale = F32(1.0)
     min_name = ""
     max_change_with_min_scale = 0.0
+    # The norms of the changes decide nothing when no limit is set (no
+    # --max-param-change, no component max-change): every factor is then
+    # 1 and nothing is logged, so they are not computed (Kaldi computes
+    # them anyway; a change that is not finite is applied either way).
+    need_norms = max_param_change != 0.0 or any(
+        F32(_as_updatable(comp).max_change) != 0.0
+        for comp in delta_nnet.components if _updatable(comp))
     i = 0
     for c, comp in enumerate(delta_nnet.components):
         if not _updatable(comp):
@@ -283,6 +290,9 @@ def update_nnet_with_max_change(delta_nnet: "Nnet", max_param_change: float,
         max_change_c = F32(uc.max_change)
         if max_change_c < 0:
             raise PynnetError(f"negative max-change in {delta_nnet.component_names[c]}")
+        if not need_norms:
+            i += 1
+            continue
         dot_prod = F32(_dot(uc, uc))
         norm = F32(math.sqrt(dot_prod)) if dot_prod >= 0 else F32("nan")
         if max_change_c != 0.0 and F32(norm * abs_scale) > F32(max_change_c * mcs):
