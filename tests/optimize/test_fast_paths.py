@@ -40,6 +40,15 @@ from tests.helpers import curated, reference_dir
 T = CommandType
 
 
+@pytest.fixture(autouse=True)
+def _only_the_named_paths():
+    """Each test here names the paths it compares (thresholds forced to 0
+    or to 10**9); analysis loops loaded by an earlier test must not take
+    over the Python and NumPy paths (the test of that rule sets it itself)."""
+    with fast_paths.override(analysis_jit_when_loaded=False):
+        yield
+
+
 def _reference_or_skip():
     root = reference_dir()
     if root is None or not (root / "random").is_dir():
@@ -192,18 +201,22 @@ def test_access_summary_compiled_loop_matches_its_python_code(seed: int) -> None
         assert np.array_equal(a, b) and np.array_equal(c, b) and np.array_equal(d, b)
 
 
-def test_loaded_analysis_loops_take_smaller_computations(monkeypatch) -> None:
+@pytest.mark.parametrize("num_matrices, num_submatrices, num_records",
+                         [(12, 90, 300),      # the NumPy paths' sizes
+                          (4, 20, 40)])       # the Python lists' sizes
+def test_loaded_analysis_loops_take_smaller_computations(
+        num_matrices: int, num_submatrices: int, num_records: int, monkeypatch) -> None:
     """With analysis_jit_when_loaded, a computation below analysis_jit_from
     is analysed by the compiled loops once this process has loaded them
-    (and by the NumPy code before, or with the setting off); the arrays are
-    the same either way."""
+    (and by the NumPy code or the Python lists before, or with the setting
+    off); the arrays are the same either way."""
     from pynnet3.optimize import analysis, variables
 
     rng = np.random.default_rng(7)
-    sub, sizes = _random_tables(rng, 12, 90)          # above analysis_python_below
+    sub, sizes = _random_tables(rng, num_matrices, num_submatrices)
     n = 60
-    records = (rng.integers(0, n, 300), rng.integers(1, len(sub), 300),
-               rng.integers(1, 4, 300))
+    records = (rng.integers(0, n, num_records), rng.integers(1, len(sub), num_records),
+               rng.integers(1, 4, num_records))
     calls: list[str] = []
     kernels = ((variables._variables_kernel, "variables"),
                (analysis._access_summary_kernel, "summary"))
@@ -220,7 +233,7 @@ def test_loaded_analysis_loops_take_smaller_computations(monkeypatch) -> None:
         calls.clear()
         for kernel, name in kernels:
             monkeypatch.setattr(kernel, "_dispatcher", recorders[name] if loaded else None)
-        with fast_paths.override(analysis_jit_from=10 ** 9, analysis_python_below=0,
+        with fast_paths.override(analysis_jit_from=10 ** 9, analysis_python_below=64,
                                  analysis_jit_when_loaded=when_loaded):
             v = ComputationVariables()
             v.init_from_tables(sub, sizes)
@@ -290,6 +303,37 @@ def _records_or_error(nnet, c: NnetComputation):
         return "bad argument"
     assert cmd.dtype == sub.dtype == flag.dtype == np.int64 and side.dtype == bool
     return cmd.tolist(), sub.tolist(), flag.tolist(), side.tolist()
+
+
+@pytest.mark.parametrize("seed", _SEEDS)
+def test_matrix_lifetimes_three_ways(seed: str) -> None:
+    """Matrix lifetimes (allocating / freeing command, input, output; None
+    for a computation that breaks the rules) are the same from the Python
+    loop, the array version and the compiled loop, on whole computations
+    and on randomly broken ones."""
+    from pynnet3.optimize.accesses import _matrix_lifetimes
+
+    nnet, request, comp = _case(seed)
+    out = optimize(OptimizeOptions(), nnet, request, comp)
+    rng = np.random.default_rng(2000 + int(seed))
+    found_none = found_some = False
+    for c in [comp, out, *_mutations(comp, rng, 40), *_mutations(out, rng, 40)]:
+        table = c.command_table()
+        results = []
+        for override in ({"analysis_python_below": 10 ** 9},
+                         {"analysis_python_below": 0, "analysis_jit_from": 10 ** 9},
+                         {"analysis_python_below": 0, "analysis_jit_from": 0}):
+            with fast_paths.override(**override):
+                try:
+                    variables = ComputationVariables()
+                    variables.init(c)
+                except PynnetError:
+                    break
+                results.append(_matrix_lifetimes(table, variables, len(c.matrices)))
+        assert all(r == results[0] for r in results)
+        found_none |= bool(results) and results[0] is None
+        found_some |= bool(results) and results[0] is not None
+    assert found_some and found_none
 
 
 @pytest.mark.parametrize("seed", _SEEDS)

@@ -137,7 +137,10 @@ class ComputationVariables:
         """:meth:`init` from the submatrix table (int64 [num_submatrices, 5])
         and the matrix sizes (int64 [num_matrices, 2]: rows, columns)."""
         fp = fast_paths.current()
-        if (fp.analysis_jit and len(table) < fp.analysis_python_below
+        # (Once loaded, the compiled loop beats the Python lists at any size.)
+        loaded = (fp.analysis_jit and fp.analysis_jit_when_loaded
+                  and _variables_kernel.is_materialised)
+        if (fp.analysis_jit and not loaded and len(table) < fp.analysis_python_below
                 and self._init_python(table.tolist(), sizes.tolist())):
             return
         if len(table) == 0 or (table[0] != 0).any():
@@ -151,8 +154,7 @@ class ComputationVariables:
         if num_matrices > 1 and (sizes[1:] <= 0).any():
             m = int(np.flatnonzero((sizes[1:] <= 0).any(axis=1))[0]) + 1
             raise ComputationCheckError(f"matrix m{m} has size {sizes[m, 0]} x {sizes[m, 1]}")
-        if fp.analysis_jit and (len(table) >= fp.analysis_jit_from or (
-                fp.analysis_jit_when_loaded and _variables_kernel.is_materialised)):
+        if fp.analysis_jit and (len(table) >= fp.analysis_jit_from or loaded):
             self._init_jit(table, sizes)
         else:
             self._init_numpy(table, sizes)
