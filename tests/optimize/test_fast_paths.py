@@ -306,6 +306,29 @@ def _records_or_error(nnet, c: NnetComputation):
 
 
 @pytest.mark.parametrize("seed", _SEEDS)
+def test_access_records_three_ways(seed: str) -> None:
+    """Access records (command, submatrix, flag; side effects) are the same,
+    in the same order, from the Python loop, the array version and the
+    compiled loop, or all three find a bad argument, on whole computations
+    (before and after optimizing, with CopyRows tables that have -1 and
+    *Multi commands) and on randomly broken ones."""
+    nnet, request, comp = _case(seed)
+    out = optimize(OptimizeOptions(), nnet, request, comp)
+    rng = np.random.default_rng(3000 + int(seed))
+    verdicts = set()
+    for c in [comp, out, *_mutations(comp, rng, 40), *_mutations(out, rng, 40)]:
+        results = []
+        for override in ({"analysis_python_below": 10 ** 9},
+                         {"analysis_python_below": 0, "analysis_jit_from": 10 ** 9},
+                         {"analysis_python_below": 0, "analysis_jit_from": 0}):
+            with fast_paths.override(**override):
+                results.append(_records_or_error(nnet, c))
+        assert results[1] == results[0] and results[2] == results[0]
+        verdicts.add(results[0] == "bad argument")
+    assert verdicts == {True, False}
+
+
+@pytest.mark.parametrize("seed", _SEEDS)
 def test_matrix_lifetimes_three_ways(seed: str) -> None:
     """Matrix lifetimes (allocating / freeing command, input, output; None
     for a computation that breaks the rules) are the same from the Python

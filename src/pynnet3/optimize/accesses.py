@@ -329,8 +329,15 @@ def access_records_from_table(nnet: Any, table: np.ndarray, indexes: Sequence[np
     num_commands = len(table)
     if cache is None:
         cache = {}
-    if num_commands < fast_paths.current().analysis_python_below:
+    fp = fast_paths.current()
+    # (Once this process has loaded the compiled loop, it beats both others
+    # at any size.)
+    if fp.analysis_jit and fp.analysis_jit_when_loaded and _records_kernel.is_materialised:
+        return _records_jit(nnet, table, indexes, indexes_multi, num_submatrices, cache)
+    if num_commands < fp.analysis_python_below:
         return _records_python(nnet, table, indexes, indexes_multi, num_submatrices, cache)
+    if fp.analysis_jit and num_submatrices >= fp.analysis_jit_from:
+        return _records_jit(nnet, table, indexes, indexes_multi, num_submatrices, cache)
     side_effects = np.zeros(num_commands, dtype=bool)
     types = table[:, 0]
     if num_commands and (types.min() < 0 or types.max() >= _NUM_TYPES):
@@ -411,6 +418,135 @@ _PLANS_BY_TYPE = [[(pos, how) for pos, how in _PLANS[CommandType(t)] if how != "
 _MULTI_POS_BY_TYPE = [next((pos for pos, how in _PLANS[CommandType(t)] if how == "multi"), -1)
                       for t in range(_NUM_TYPES)]
 _MULTI_FLAG_BY_TYPE = _MULTI_TYPE_FLAG.tolist()
+
+
+# The plans as arrays for _records_kernel: per command type, the 0-based
+# argument and the flag (1-3) or rule (negative) of each fixed-position access.
+_HOW_CODE = {"copy-rows-dest": -1, "propagate-output": -2, "backprop-in-deriv": -3}
+_PLAN_LEN = np.array([len(p) for p in _PLANS_BY_TYPE], dtype=np.int64)
+_PLAN_POS = np.full((_NUM_TYPES, 8), -1, dtype=np.int64)
+_PLAN_HOW = np.zeros((_NUM_TYPES, 8), dtype=np.int64)
+for _t, _plan in enumerate(_PLANS_BY_TYPE):
+    for _j, (_pos, _how) in enumerate(_plan):
+        _PLAN_POS[_t, _j] = _pos
+        _PLAN_HOW[_t, _j] = _how if isinstance(_how, int) else _HOW_CODE[_how]
+_MULTI_POS = np.array(_MULTI_POS_BY_TYPE, dtype=np.int64)
+
+
+def _records_jit(nnet: Any, table: np.ndarray, indexes: Sequence[np.ndarray],
+                 indexes_multi: Sequence[np.ndarray], num_submatrices: int,
+                 cache: dict[Any, Any]
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`access_records_from_table` by :func:`_records_kernel`: the
+    same records in the same order, the same :class:`_BadArgument`."""
+    props = cache.get("all")
+    if props is None:
+        props = cache["all"] = properties_array(nnet)
+    # Which index tables have a -1 (CopyRows then reads its output too),
+    # and the submatrices each indexes_multi table names, from the per-table
+    # caches (tables are compared by identity).
+    minus_one = cache.setdefault("minus_one", {})
+    has_minus_one = np.empty(len(indexes), dtype=np.bool_)
+    for k, arr in enumerate(indexes):
+        entry = minus_one.get(id(arr))
+        if entry is None or entry[0] is not arr:
+            entry = minus_one[id(arr)] = (arr, bool((arr == -1).any()))
+        has_minus_one[k] = entry[1]
+    subs_of = cache.setdefault("multi_subs", {})
+    lists = []
+    for arr in indexes_multi:
+        entry = subs_of.get(id(arr))
+        if entry is None or entry[0] is not arr:
+            u = unique_ints(arr[:, 0])
+            entry = subs_of[id(arr)] = (arr, u[u != -1].astype(np.int64))
+        lists.append(entry[1])
+    multi_offsets = np.zeros(len(lists) + 1, dtype=np.int64)
+    if lists:
+        np.cumsum([len(x) for x in lists], out=multi_offsets[1:])
+        multi_values = np.concatenate(lists)
+    else:
+        multi_values = np.zeros(0, dtype=np.int64)
+    ok, cmd, sub, flag, side_effects = _records_kernel(
+        np.ascontiguousarray(table, dtype=np.int64), _PLAN_LEN, _PLAN_POS, _PLAN_HOW,
+        _MULTI_POS, _MULTI_TYPE_FLAG, props, has_minus_one, multi_offsets, multi_values,
+        num_submatrices)
+    if not ok:
+        raise _BadArgument()
+    return cmd, sub, flag, side_effects
+
+
+@lazy_njit(cache=True, nogil=True)
+def _records_kernel(table, plan_len, plan_pos, plan_how, multi_pos, multi_flag, props,
+                    has_minus_one, multi_offsets, multi_values, num_submatrices):
+    """The loop of :func:`_records_python` compiled: (ok, cmd, sub, flag,
+    side_effects); ok False where it raises _BadArgument."""
+    n = table.shape[0]
+    num_types = plan_len.shape[0]
+    side_effects = np.zeros(n, dtype=np.bool_)
+    cap = 0
+    for c in range(n):
+        t = table[c, 0]
+        if t < 0 or t >= num_types:
+            return False, table[:0, 0].copy(), table[:0, 0].copy(), table[:0, 0].copy(), \
+                side_effects
+        cap += plan_len[t]
+        if multi_pos[t] >= 0:
+            k = table[c, multi_pos[t] + 1]
+            if k < 0 or k >= multi_offsets.shape[0] - 1:
+                return False, table[:0, 0].copy(), table[:0, 0].copy(), table[:0, 0].copy(), \
+                    side_effects
+            cap += multi_offsets[k + 1] - multi_offsets[k]
+    cmd = np.empty(cap, dtype=np.int64)
+    sub = np.empty(cap, dtype=np.int64)
+    flag = np.empty(cap, dtype=np.int64)
+    bad = False
+    r = 0
+    for c in range(n):
+        t = table[c, 0]
+        for j in range(plan_len[t]):
+            pos = plan_pos[t, j]
+            how = plan_how[t, j]
+            if how == -1:          # copy-rows-dest
+                k = table[c, 3]
+                if k < 0 or k >= has_minus_one.shape[0]:
+                    bad = True
+                    break
+                how = 3 if has_minus_one[k] else 2
+            elif how < 0:          # the component decides
+                comp = table[c, 1]
+                if comp < 0 or comp >= props.shape[0]:
+                    bad = True
+                    break
+                p = props[comp]
+                if how == -2:      # propagate-output
+                    how = 3 if p & _P_PROPAGATE_ADDS else 2
+                else:              # backprop-in-deriv
+                    how = 3 if p & _P_BACKPROP_ADDS else 2
+                    if t == _T_BACKPROP and p & _P_UPDATABLE:
+                        side_effects[c] = True
+            s = table[c, pos + 1]
+            if s != 0:
+                cmd[r] = c
+                sub[r] = s
+                flag[r] = how
+                r += 1
+        if bad:
+            break
+    if not bad:
+        for c in range(n):
+            t = table[c, 0]
+            if multi_pos[t] >= 0:
+                k = table[c, multi_pos[t] + 1]
+                for i in range(multi_offsets[k], multi_offsets[k + 1]):
+                    cmd[r] = c
+                    sub[r] = multi_values[i]
+                    flag[r] = multi_flag[t]
+                    r += 1
+        for i in range(r):
+            if sub[i] < 0 or sub[i] >= num_submatrices:
+                bad = True
+                break
+    return not bad, cmd[:r].copy(), sub[:r].copy(), flag[:r].copy(), side_effects
 
 
 def _records_python(nnet: Any, table: np.ndarray, indexes: Sequence[np.ndarray],
