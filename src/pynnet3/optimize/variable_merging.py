@@ -57,6 +57,7 @@ from ..compile.computation import CommandType, NnetComputation, StrideType
 from .. import fast_paths
 from ..errors import ComputationCheckError
 from ..log import vlog
+from ..numba_cache import lazy_njit
 from ..nnet.components.base import Prop
 from ..nnet.properties_cache import component_properties_cached, nnet_component_properties
 from .accesses import (_BadArgument, _matrix_lifetimes, access_records_from_table,
@@ -211,8 +212,12 @@ class VariableMergingOptimizer:
         merged = False
         # (A few candidates are quicker one by one, Kaldi's way, than through
         # the thirty-odd array operations of _verdicts; the merges are the same.)
-        small = len(self._types) < 3 * fast_paths.current().analysis_python_below
-        verdicts = None if small else self._verdicts()
+        fp = fast_paths.current()
+        jit = fp.analysis_jit and ((fp.analysis_jit_when_loaded
+                                    and _verdicts_kernel.is_materialised)
+                                   or len(st.sub) >= fp.analysis_jit_from)
+        small = len(self._types) < 3 * fp.analysis_python_below
+        verdicts = (self._verdicts_jit() if jit else None if small else self._verdicts())
         if verdicts is not None:
             # Only candidates allowed at the start of the round can merge,
             # and they do unless a merge before them in this round touched
@@ -333,6 +338,41 @@ class VariableMergingOptimizer:
                                       < analysis.data_invalidated_command(c, b)):
                 continue
             out.append((c, a, b, bool(left[i])))
+        return out
+
+    def _verdicts_jit(self) -> list[tuple[int, int, int, bool]] | None:
+        """:meth:`_verdicts` by :func:`_verdicts_kernel` (the same verdicts)."""
+        config = self.config
+        if not config.allow_left_merge and not config.allow_right_merge:
+            return []
+        st = self.arrays
+        analysis = self.analysis
+        first_nontrivial, last, last_write = analysis.arrays
+        equal_stride = np.fromiter((m.stride_type is StrideType.EQUAL_NUM_COLS
+                                    for m in st.matrices), dtype=np.bool_, count=len(st.matrices))
+        status, cs, s1s, s2s, lefts, assigns = _verdicts_kernel(
+            np.ascontiguousarray(st.table, dtype=np.int64),
+            np.ascontiguousarray(st.alpha, dtype=np.float64),
+            np.ascontiguousarray(st.sub[:, 0], dtype=np.int64),
+            np.ascontiguousarray(self.variables.submatrix_is_whole_matrix, dtype=np.bool_),
+            np.array(analysis.is_input, dtype=np.bool_),
+            np.array(analysis.is_output, dtype=np.bool_), equal_stride,
+            properties_array(self.nnet),
+            np.ascontiguousarray(first_nontrivial, dtype=np.int64),
+            np.ascontiguousarray(last, dtype=np.int64),
+            np.ascontiguousarray(last_write, dtype=np.int64),
+            bool(config.remove_assignments), bool(config.propagate_in_place),
+            bool(config.backprop_in_place), bool(config.allow_left_merge),
+            bool(config.allow_right_merge))
+        if status != 0:
+            return None
+        out = []
+        for c, a, b, left, assignment in zip(cs.tolist(), s1s.tolist(), s2s.tolist(),
+                                             lefts.tolist(), assigns.tolist()):
+            if assignment and not (analysis.last_access(a)
+                                   < analysis.data_invalidated_command(c, b)):
+                continue
+            out.append((c, a, b, left))
         return out
 
     def _merge_one_by_one(self) -> bool:
@@ -541,6 +581,88 @@ class VariableMergingOptimizer:
                                             f"m{m_to_keep} of a different size")
             matrices[m_to_keep] = replace(keep_info, stride_type=StrideType.EQUAL_NUM_COLS)
         vlog(5, f"merged m{m_to_discard} into m{m_to_keep} at c{command_index}")
+
+
+@lazy_njit(cache=True, nogil=True)
+def _verdicts_kernel(table, alpha, sub_matrix, whole, is_input, is_output, equal_stride,
+                     props, first_nontrivial, last, last_write, remove_assignments,
+                     propagate_in_place, backprop_in_place, allow_left, allow_right):
+    """VariableMergingOptimizer._sources_and_destinations and _verdicts in
+    one loop over the commands: (status, commands, s1, s2, left, is
+    assignment) of the candidates allowed at the start of the round, in
+    command order; status 1 where _verdicts returns None (an argument out
+    of range), 2 for a component index out of range (the one-by-one loop
+    then reports either)."""
+    n = table.shape[0]
+    num_subs = sub_matrix.shape[0]
+    out_c = np.empty(n, dtype=np.int64)
+    out_s1 = np.empty(n, dtype=np.int64)
+    out_s2 = np.empty(n, dtype=np.int64)
+    out_left = np.empty(n, dtype=np.bool_)
+    out_assign = np.empty(n, dtype=np.bool_)
+    k = 0
+    # (_verdicts first asks whether any candidate's arguments are out of
+    # range, then decides; one pass that stops at the first such argument
+    # gives the same answer, since the decided verdicts are then dropped.)
+    for c in range(n):
+        t = table[c, 0]
+        if t != _T_MATRIX_COPY and t != _T_PROPAGATE and t != _T_BACKPROP \
+                and t != _T_BACKPROP_NO_MODEL_UPDATE:
+            continue
+        s1 = -1
+        s2 = -1
+        if t == _T_MATRIX_COPY:
+            if remove_assignments:
+                s2 = table[c, 1]
+                s1 = table[c, 2]
+        else:
+            comp = table[c, 1]
+            if comp < 0 or comp >= props.shape[0]:
+                return 2, out_c[:0], out_s1[:0], out_s2[:0], out_left[:0], out_assign[:0]
+            p = props[comp]
+            if t == _T_PROPAGATE:
+                if propagate_in_place and (p & _P_PROPAGATE_IN_PLACE) != 0:
+                    s1 = table[c, 3]
+                    s2 = table[c, 4]
+            elif backprop_in_place and (p & _P_BACKPROP_IN_PLACE) != 0:
+                a3, a4, a5, a6 = table[c, 3], table[c, 4], table[c, 5], table[c, 6]
+                if not (a5 == a3 or a5 == a4 or a6 == a3 or a6 == a4):
+                    s1 = a5
+                    s2 = a6
+        if not (s1 > 0 and s2 > 0):
+            continue
+        if s1 >= num_subs or s2 >= num_subs:
+            return 1, out_c[:0], out_s1[:0], out_s2[:0], out_left[:0], out_assign[:0]
+        m1 = sub_matrix[s1]
+        m2 = sub_matrix[s2]
+        if m1 == m2:
+            continue
+        in1, in2, o1, o2 = is_input[m1], is_input[m2], is_output[m1], is_output[m2]
+        if (in1 and in2) or (o1 and o2):                                      # c1
+            continue
+        w1, w2 = whole[s1], whole[s2]
+        if (in1 or o1 or in2 or o2) and not (w1 and w2):                     # c2
+            continue
+        left = allow_left and w2 and not (equal_stride[m2] and not w1)       # c3, c6
+        right = allow_right and w1 and not (equal_stride[m1] and not w2)    # c4, c7
+        if not (left or right):
+            continue
+        if first_nontrivial[s2] != c:
+            continue
+        assignment = t == _T_MATRIX_COPY and alpha[c] == 1.0
+        if assignment:
+            lw1 = n if o1 else last_write[s1]
+            if not lw1 < c:
+                continue
+        elif last[s1] != c:
+            continue
+        out_c[k] = c
+        out_s1[k] = s1
+        out_s2[k] = s2
+        out_left[k] = left
+        out_assign[k] = assignment
+        k += 1
+    return 0, out_c[:k], out_s1[:k], out_s2[:k], out_left[:k], out_assign[:k]
 
 
 def variable_merging_optimization(config: "OptimizeOptions", nnet: Any,
