@@ -80,6 +80,12 @@ class FastPaths:
     #: less (training), medians of 30 alternated.
     #: ``False`` keeps smaller computations on the NumPy / Python code.
     analysis_jit_when_loaded: bool = True
+    #: ... but not below this many submatrices, commands or records (the
+    #: measure each loop's own threshold uses): there the Python lists
+    #: still win, by the calls and arrays a loop needs around it (Kaldi's
+    #: random networks with all loops loaded: 7-10 commands as fast as
+    #: before at 16, 2% slower at 0; 26-48 commands 8-15% faster).
+    analysis_jit_loaded_from: int = 16
     #: Below this many submatrices (or commands) the analysis (variables,
     #: access records, matrix lifetimes) runs as plain Python loops over
     #: lists: a tiny computation's NumPy version is a few hundred calls of

@@ -203,13 +203,15 @@ def test_access_summary_compiled_loop_matches_its_python_code(seed: int) -> None
 
 @pytest.mark.parametrize("num_matrices, num_submatrices, num_records",
                          [(12, 90, 300),      # the NumPy paths' sizes
-                          (4, 20, 40)])       # the Python lists' sizes
+                          (4, 20, 40),        # the Python lists' sizes
+                          (2, 6, 10)])        # below analysis_jit_loaded_from
 def test_loaded_analysis_loops_take_smaller_computations(
         num_matrices: int, num_submatrices: int, num_records: int, monkeypatch) -> None:
     """With analysis_jit_when_loaded, a computation below analysis_jit_from
     is analysed by the compiled loops once this process has loaded them
     (and by the NumPy code or the Python lists before, or with the setting
-    off); the arrays are the same either way."""
+    off), unless it is below analysis_jit_loaded_from; the arrays are the
+    same either way."""
     from pynnet3.optimize import analysis, variables
 
     rng = np.random.default_rng(7)
@@ -234,13 +236,16 @@ def test_loaded_analysis_loops_take_smaller_computations(
         for kernel, name in kernels:
             monkeypatch.setattr(kernel, "_dispatcher", recorders[name] if loaded else None)
         with fast_paths.override(analysis_jit_from=10 ** 9, analysis_python_below=64,
-                                 analysis_jit_when_loaded=when_loaded):
+                                 analysis_jit_when_loaded=when_loaded,
+                                 analysis_jit_loaded_from=16):
             v = ComputationVariables()
             v.init_from_tables(sub, sizes)
             summary = analysis.access_summary_arrays(
                 *records, v.variables_flat, v.variables_offsets, v.matrix_to_variable_index,
                 np.zeros(n, dtype=bool), n)
-        assert sorted(calls) == (["summary", "variables"] if loaded and when_loaded else [])
+        big_enough = num_submatrices >= 16 and num_records >= 16
+        assert sorted(calls) == (["summary", "variables"]
+                                 if loaded and when_loaded and big_enough else [])
         results.append((v, summary))
     monkeypatch.undo()
     (v0, s0), _, (v2, s2) = results

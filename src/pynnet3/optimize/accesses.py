@@ -332,7 +332,8 @@ def access_records_from_table(nnet: Any, table: np.ndarray, indexes: Sequence[np
     fp = fast_paths.current()
     # (Once this process has loaded the compiled loop, it beats both others
     # at any size.)
-    if fp.analysis_jit and fp.analysis_jit_when_loaded and _records_kernel.is_materialised:
+    if (fp.analysis_jit and fp.analysis_jit_when_loaded and _records_kernel.is_materialised
+            and num_commands >= fp.analysis_jit_loaded_from):
         return _records_jit(nnet, table, indexes, indexes_multi, num_submatrices, cache)
     if num_commands < fp.analysis_python_below:
         return _records_python(nnet, table, indexes, indexes_multi, num_submatrices, cache)
@@ -764,7 +765,8 @@ def _matrix_lifetimes(table: np.ndarray, variables: ComputationVariables, num_ma
     # (Once this process has loaded the compiled loop, it beats both others
     # at any size; the Python loop costs about 0.1 us per command, the
     # array version ~30 us.)
-    if fp.analysis_jit and fp.analysis_jit_when_loaded and _lifetimes_kernel.is_materialised:
+    if (fp.analysis_jit and fp.analysis_jit_when_loaded and _lifetimes_kernel.is_materialised
+            and len(table) >= fp.analysis_jit_loaded_from):
         return _matrix_lifetimes_jit(table, variables, num_matrices)
     if len(table) < 3 * fp.analysis_python_below:
         return _matrix_lifetimes_python(table, variables, num_matrices)
