@@ -72,7 +72,7 @@ class FastPaths:
     analysis_jit_from: int = 256
     #: ... and for smaller ones too once this process has loaded the loop in
     #: question (a larger computation did): then it costs only its call,
-    #: and beats both the NumPy code and the Python lists at any size (the
+    #: and beats both the NumPy code and the Python lists at most sizes (the
     #: variables of 10 submatrices: 19 against 21 us; of 77: 23 against
     #: 143 us).  The variables, access-summary, matrix-lifetime,
     #: access-record and merging-verdict loops: a 1 x 50-frame request on

@@ -331,7 +331,7 @@ def access_records_from_table(nnet: Any, table: np.ndarray, indexes: Sequence[np
         cache = {}
     fp = fast_paths.current()
     # (Once this process has loaded the compiled loop, it beats both others
-    # at any size.)
+    # from fast_paths' analysis_jit_loaded_from on.)
     if (fp.analysis_jit and fp.analysis_jit_when_loaded and _records_kernel.is_materialised
             and num_commands >= fp.analysis_jit_loaded_from):
         return _records_jit(nnet, table, indexes, indexes_multi, num_submatrices, cache)
@@ -763,8 +763,8 @@ def _matrix_lifetimes(table: np.ndarray, variables: ComputationVariables, num_ma
     command breaks the rules (not a whole matrix, allocated or freed twice)."""
     fp = fast_paths.current()
     # (Once this process has loaded the compiled loop, it beats both others
-    # at any size; the Python loop costs about 0.1 us per command, the
-    # array version ~30 us.)
+    # from analysis_jit_loaded_from on; the Python loop costs about 0.1 us
+    # per command, the array version ~30 us.)
     if (fp.analysis_jit and fp.analysis_jit_when_loaded and _lifetimes_kernel.is_materialised
             and len(table) >= fp.analysis_jit_loaded_from):
         return _matrix_lifetimes_jit(table, variables, num_matrices)

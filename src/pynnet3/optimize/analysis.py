@@ -865,7 +865,7 @@ def access_summary_arrays(cmd: np.ndarray, sub: np.ndarray, flag: np.ndarray,
     # (For small computations the same with NumPy operations: compiling the
     # kernel costs more than it saves; see fast_paths.analysis_jit_from.
     # Without analysis_jit, the kernel's own code interpreted.)
-    # (Once loaded, the kernel beats both at any size.)
+    # (Once loaded, the kernel beats both from analysis_jit_loaded_from on.)
     kernel = (_access_summary_kernel.py_func if not fp.analysis_jit
               else _access_summary_kernel if (len(var_offsets) > fp.analysis_jit_from
                                               or (fp.analysis_jit_when_loaded

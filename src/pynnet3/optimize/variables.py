@@ -137,7 +137,8 @@ class ComputationVariables:
         """:meth:`init` from the submatrix table (int64 [num_submatrices, 5])
         and the matrix sizes (int64 [num_matrices, 2]: rows, columns)."""
         fp = fast_paths.current()
-        # (Once loaded, the compiled loop beats the Python lists at any size.)
+        # (Once loaded, the compiled loop beats the Python lists from
+        # analysis_jit_loaded_from on.)
         loaded = (fp.analysis_jit and fp.analysis_jit_when_loaded
                   and _variables_kernel.is_materialised
                   and len(table) >= fp.analysis_jit_loaded_from)
