@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
 __all__ = ["FastPaths", "current", "override", "REFERENCE"]
 
@@ -105,6 +105,15 @@ class FastPaths:
     #: Below this many commands the checker's index checks use the
     #: per-command loop rather than the array checks (0: always arrays).
     check_indexes_loop_below: int = 256
+
+
+    def analysis_loop_loaded(self, kernel: Any, size: int) -> bool:
+        """Whether the optimizer's compiled loop ``kernel`` (a
+        :class:`~pynnet3.numba_cache.LazyKernel`) takes an input of ``size``
+        (submatrices, commands or records) because this process has loaded it
+        (``analysis_jit_when_loaded``, ``analysis_jit_loaded_from``)."""
+        return (self.analysis_jit and self.analysis_jit_when_loaded
+                and size >= self.analysis_jit_loaded_from and kernel.is_materialised)
 
 
 #: Every acceleration off: the definitions alone (slow; for tests).

@@ -332,8 +332,7 @@ def access_records_from_table(nnet: Any, table: np.ndarray, indexes: Sequence[np
     fp = fast_paths.current()
     # (Once this process has loaded the compiled loop, it beats both others
     # from fast_paths' analysis_jit_loaded_from on.)
-    if (fp.analysis_jit and fp.analysis_jit_when_loaded and _records_kernel.is_materialised
-            and num_commands >= fp.analysis_jit_loaded_from):
+    if fp.analysis_loop_loaded(_records_kernel, num_commands):
         return _records_jit(nnet, table, indexes, indexes_multi, num_submatrices, cache)
     if num_commands < fp.analysis_python_below:
         return _records_python(nnet, table, indexes, indexes_multi, num_submatrices, cache)
@@ -765,8 +764,7 @@ def _matrix_lifetimes(table: np.ndarray, variables: ComputationVariables, num_ma
     # (Once this process has loaded the compiled loop, it beats both others
     # from analysis_jit_loaded_from on; the Python loop costs about 0.1 us
     # per command, the array version ~30 us.)
-    if (fp.analysis_jit and fp.analysis_jit_when_loaded and _lifetimes_kernel.is_materialised
-            and len(table) >= fp.analysis_jit_loaded_from):
+    if fp.analysis_loop_loaded(_lifetimes_loop, len(table)):
         return _matrix_lifetimes_jit(table, variables, num_matrices)
     if len(table) < 3 * fp.analysis_python_below:
         return _matrix_lifetimes_python(table, variables, num_matrices)
@@ -811,91 +809,72 @@ def _matrix_lifetimes(table: np.ndarray, variables: ComputationVariables, num_ma
 def _matrix_lifetimes_python(table: np.ndarray, variables: ComputationVariables,
                              num_matrices: int
                              ) -> tuple[list[int], list[int], list[bool], list[bool]] | None:
-    """:func:`_matrix_lifetimes` by a loop over the commands (small tables)."""
-    whole = variables.submatrix_is_whole_matrix.tolist()
-    to_matrix = variables.submatrix_to_matrix.tolist()
-    num_subs = len(whole)
-    alloc = [-1] * num_matrices
-    dealloc = [-1] * num_matrices
-    is_input = [False] * num_matrices
-    is_output = [False] * num_matrices
-    created = [False] * num_matrices
-    for c, (t, a1, a2) in enumerate(table[:, :3].tolist()):
-        if not _IS_LIFETIME_TYPE.get(t, False):
-            continue
-        if not 0 < a1 < num_subs or not whole[a1]:
-            return None
-        m = to_matrix[a1]
-        if t == _T_SWAP_MATRIX:
-            if not 0 < a2 < num_subs or not whole[a2]:
-                return None
-            m2 = to_matrix[a2]
-            if dealloc[m2] != -1:
-                return None
-            dealloc[m2] = c
-        if t == _T_ALLOC_MATRIX or t == _T_SWAP_MATRIX or t == _T_ACCEPT_INPUT:
-            if created[m]:
-                if t != _T_ACCEPT_INPUT:
-                    return None
-            else:
-                created[m] = True
-                alloc[m] = c
-            if t == _T_ACCEPT_INPUT:
-                is_input[m] = True
-        elif t == _T_DEALLOC_MATRIX:
-            if dealloc[m] != -1:
-                return None
-            dealloc[m] = c
-        elif t == _T_PROVIDE_OUTPUT:
-            is_output[m] = True
+    """:func:`_matrix_lifetimes` by :func:`_lifetimes_loop` interpreted, on
+    Python lists (small tables)."""
+    types, args1, args2 = (table[:, i].tolist() for i in range(3))
+    alloc, dealloc = [-1] * num_matrices, [-1] * num_matrices
+    is_input, is_output = [False] * num_matrices, [False] * num_matrices
+    if not _lifetimes_loop.py_func(types, args1, args2, _LIFETIME_TYPES_LIST,
+                                   variables.submatrix_is_whole_matrix.tolist(),
+                                   variables.submatrix_to_matrix.tolist(),
+                                   alloc, dealloc, is_input, is_output, [False] * num_matrices):
+        return None
     return alloc, dealloc, is_input, is_output
 
 
-_IS_LIFETIME_TYPE = {i: bool(x) for i, x in enumerate(_LIFETIME_TYPES.tolist())}
+_LIFETIME_TYPES_LIST = _LIFETIME_TYPES.tolist()
 
 
 def _matrix_lifetimes_jit(table: np.ndarray, variables: ComputationVariables,
                           num_matrices: int
                           ) -> tuple[list[int], list[int], list[bool], list[bool]] | None:
-    """:func:`_matrix_lifetimes` by :func:`_lifetimes_kernel`."""
-    ok, alloc, dealloc, is_input, is_output = _lifetimes_kernel(
-        np.ascontiguousarray(table[:, :3], dtype=np.int64), _LIFETIME_TYPES,
-        np.ascontiguousarray(variables.submatrix_is_whole_matrix, dtype=np.bool_),
-        np.ascontiguousarray(variables.submatrix_to_matrix, dtype=np.int64), num_matrices)
-    if not ok:
+    """:func:`_matrix_lifetimes` by :func:`_lifetimes_loop` compiled."""
+    alloc = np.full(num_matrices, -1, dtype=np.int64)
+    dealloc = np.full(num_matrices, -1, dtype=np.int64)
+    is_input = np.zeros(num_matrices, dtype=np.bool_)
+    is_output = np.zeros(num_matrices, dtype=np.bool_)
+    if not _lifetimes_loop(*(np.ascontiguousarray(table[:, i], dtype=np.int64)
+                             for i in range(3)), _LIFETIME_TYPES,
+                           np.ascontiguousarray(variables.submatrix_is_whole_matrix,
+                                                dtype=np.bool_),
+                           np.ascontiguousarray(variables.submatrix_to_matrix, dtype=np.int64),
+                           alloc, dealloc, is_input, is_output,
+                           np.zeros(num_matrices, dtype=np.bool_)):
         return None
     return alloc.tolist(), dealloc.tolist(), is_input.tolist(), is_output.tolist()
 
 
 @lazy_njit(cache=True, nogil=True)
-def _lifetimes_kernel(cmds, lifetime_type, whole, to_matrix, num_matrices):
-    """The loop of :func:`_matrix_lifetimes_python` compiled: (ok, alloc,
-    dealloc, is_input, is_output); ok False where it returns None."""
-    alloc = np.full(num_matrices, -1, dtype=np.int64)
-    dealloc = np.full(num_matrices, -1, dtype=np.int64)
-    is_input = np.zeros(num_matrices, dtype=np.bool_)
-    is_output = np.zeros(num_matrices, dtype=np.bool_)
-    created = np.zeros(num_matrices, dtype=np.bool_)
-    num_subs = whole.shape[0]
-    num_types = lifetime_type.shape[0]
-    for c in range(cmds.shape[0]):
-        t, a1, a2 = cmds[c, 0], cmds[c, 1], cmds[c, 2]
+def _lifetimes_loop(types, args1, args2, lifetime_type, whole, to_matrix,
+                    alloc, dealloc, is_input, is_output, created):
+    """The allocating and deallocating command (alloc, dealloc: -1 where
+    none) and the input and output flags of every matrix, filled in from
+    the commands' types and first two arguments; False (the outputs then
+    partly filled) if a command breaks the rules.  Compiled for
+    :func:`_matrix_lifetimes_jit`, interpreted on lists for
+    :func:`_matrix_lifetimes_python`."""
+    num_subs = len(whole)
+    num_types = len(lifetime_type)
+    for c in range(len(types)):
+        t = types[c]
         if t < 0 or t >= num_types or not lifetime_type[t]:
             continue
-        if not (0 < a1 < num_subs) or not whole[a1]:
-            return False, alloc, dealloc, is_input, is_output
+        a1 = args1[c]
+        if not 0 < a1 < num_subs or not whole[a1]:
+            return False
         m = to_matrix[a1]
         if t == _T_SWAP_MATRIX:
-            if not (0 < a2 < num_subs) or not whole[a2]:
-                return False, alloc, dealloc, is_input, is_output
+            a2 = args2[c]
+            if not 0 < a2 < num_subs or not whole[a2]:
+                return False
             m2 = to_matrix[a2]
             if dealloc[m2] != -1:
-                return False, alloc, dealloc, is_input, is_output
+                return False
             dealloc[m2] = c
         if t == _T_ALLOC_MATRIX or t == _T_SWAP_MATRIX or t == _T_ACCEPT_INPUT:
             if created[m]:
                 if t != _T_ACCEPT_INPUT:
-                    return False, alloc, dealloc, is_input, is_output
+                    return False
             else:
                 created[m] = True
                 alloc[m] = c
@@ -903,11 +882,11 @@ def _lifetimes_kernel(cmds, lifetime_type, whole, to_matrix, num_matrices):
                 is_input[m] = True
         elif t == _T_DEALLOC_MATRIX:
             if dealloc[m] != -1:
-                return False, alloc, dealloc, is_input, is_output
+                return False
             dealloc[m] = c
         elif t == _T_PROVIDE_OUTPUT:
             is_output[m] = True
-    return True, alloc, dealloc, is_input, is_output
+    return True
 
 
 def _occurrence_rank(keys: np.ndarray) -> np.ndarray:

@@ -868,9 +868,8 @@ def access_summary_arrays(cmd: np.ndarray, sub: np.ndarray, flag: np.ndarray,
     # (Once loaded, the kernel beats both from analysis_jit_loaded_from on.)
     kernel = (_access_summary_kernel.py_func if not fp.analysis_jit
               else _access_summary_kernel if (len(var_offsets) > fp.analysis_jit_from
-                                              or (fp.analysis_jit_when_loaded
-                                                  and _access_summary_kernel.is_materialised
-                                                  and len(cmd) >= fp.analysis_jit_loaded_from))
+                                              or fp.analysis_loop_loaded(_access_summary_kernel,
+                                                                         len(cmd)))
               else _access_summary_python if len(cmd) < 2 * fp.analysis_python_below
               else _access_summary_numpy)
     return kernel(

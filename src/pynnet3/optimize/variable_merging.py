@@ -213,10 +213,8 @@ class VariableMergingOptimizer:
         # (A few candidates are quicker one by one, Kaldi's way, than through
         # the thirty-odd array operations of _verdicts; the merges are the same.)
         fp = fast_paths.current()
-        jit = fp.analysis_jit and ((fp.analysis_jit_when_loaded
-                                    and _verdicts_kernel.is_materialised
-                                    and len(self._types) >= fp.analysis_jit_loaded_from)
-                                   or len(st.sub) >= fp.analysis_jit_from)
+        jit = (fp.analysis_loop_loaded(_verdicts_kernel, len(self._types))
+               or (fp.analysis_jit and len(st.sub) >= fp.analysis_jit_from))
         small = len(self._types) < 3 * fp.analysis_python_below
         verdicts = (self._verdicts_jit() if jit else None if small else self._verdicts())
         if verdicts is not None:

@@ -139,9 +139,7 @@ class ComputationVariables:
         fp = fast_paths.current()
         # (Once loaded, the compiled loop beats the Python lists from
         # analysis_jit_loaded_from on.)
-        loaded = (fp.analysis_jit and fp.analysis_jit_when_loaded
-                  and _variables_kernel.is_materialised
-                  and len(table) >= fp.analysis_jit_loaded_from)
+        loaded = fp.analysis_loop_loaded(_variables_kernel, len(table))
         if (fp.analysis_jit and not loaded and len(table) < fp.analysis_python_below
                 and self._init_python(table.tolist(), sizes.tolist())):
             return
