@@ -184,6 +184,53 @@ def test_train_cache_files(tmp_path: Path) -> None:
     assert (tmp_path / "d.raw").read_bytes() == (tmp_path / "a.raw").read_bytes()
 
 
+def test_train_and_compute_prob_use_the_disk_cache(tmp_path: Path) -> None:
+    """Without --read-cache/--write-cache, nnet3-train keeps its computations
+    in the on-disk cache (--cache-dir): a second run loads them (compiling
+    nothing) and writes the same model bytes as a run without the cache;
+    --read-cache takes the disk cache's place; nnet3-compute-prob uses it too."""
+    d = case_dir("quadratic")
+    egs = f"ark:{d / 'merged.ark'}"
+    cache = tmp_path / "disk"
+    p0 = run("nnet3-train", "--srand=1", "--use-disk-cache=false", str(d / "0.raw"), egs,
+             str(tmp_path / "none.raw"))
+    assert p0.returncode == 0, p0.stderr.decode()
+    assert " 0 disk hits" in p0.stderr.decode()
+    outs = []
+    for i in range(2):
+        out = tmp_path / f"{i}.raw"
+        p = run("nnet3-train", "--srand=1", f"--cache-dir={cache}", str(d / "0.raw"), egs,
+                str(out))
+        assert p.returncode == 0, p.stderr.decode()
+        outs.append(out.read_bytes())
+        summary = p.stderr.decode()
+        if i == 0:
+            assert re.search(r" [1-9]\d* compiled, \d+ memory hits, 0 disk hits", summary)
+            entries = sorted(cache.iterdir())
+            assert entries and all(e.name.endswith(".computation") for e in entries)
+        else:
+            assert re.search(r" 0 compiled, \d+ memory hits, [1-9]\d* disk hits", summary)
+            assert sorted(cache.iterdir()) == entries      # nothing new written
+    assert outs[0] == outs[1] == (tmp_path / "none.raw").read_bytes()
+    # --read-cache / --write-cache replace the disk cache.
+    bundle_dir = tmp_path / "bundle"
+    bundle_dir.mkdir()
+    p = run("nnet3-train", "--srand=1", f"--cache-dir={tmp_path / 'unused'}",
+            f"--write-cache={bundle_dir}", str(d / "0.raw"), egs, str(tmp_path / "w.raw"))
+    assert p.returncode == 0, p.stderr.decode()
+    assert any(bundle_dir.iterdir()) and not (tmp_path / "unused").exists()
+    # nnet3-compute-prob: its (forward-only) computation is added once, and
+    # the second run, which loads it, prints the same figures.
+    lines, sizes = [], [len(entries)]
+    for i in range(2):
+        p = run("nnet3-compute-prob", f"--cache-dir={cache}", str(d / "0.raw"), egs)
+        assert p.returncode == 0, p.stderr.decode()
+        lines.append([m for m in messages(p.stderr) if m.startswith("Overall")])
+        sizes.append(len(list(cache.iterdir())))
+    assert lines[0] and lines[0] == lines[1]
+    assert sizes[0] < sizes[1] == sizes[2]
+
+
 def test_show_progress(tmp_path: Path) -> None:
     d = case_dir("affine_xent")
     p = run("nnet3-show-progress", str(d / "0.raw"), str(d / "1.raw"), f"ark:{d / 'merged.ark'}")

@@ -9,7 +9,8 @@ from ..train.chain.objective import ChainTrainingOptions
 from ..train.diagnostics import NnetComputeProbOptions
 from .common import (bool_option, check_num_args, kaldi_command, options_from, register_options,
                      run)
-from .options import build_compile_options, compiler_and_computation_options
+from .options import (build_compile_options, compiler_and_computation_options,
+                      disk_cache_dir_from, disk_cache_options)
 
 USAGE = """Computes and prints to in logging messages the average log-prob per frame of
 the given data with an nnet3+chain neural net.  The input of this is the output of
@@ -27,6 +28,7 @@ e.g.: nnet3-chain-compute-prob 0.mdl den.fst ark:valid.egs"""
              "DropoutComponents and DropoutMaskComponents.")
 @register_options(NnetComputeProbOptions)
 @compiler_and_computation_options
+@disk_cache_options()
 @register_options(ChainTrainingOptions)
 @click.argument("args", nargs=-1)
 def command(batchnorm_test_mode: bool, dropout_test_mode: bool, args: tuple[str, ...],
@@ -46,6 +48,7 @@ def command(batchnorm_test_mode: bool, dropout_test_mode: bool, args: tuple[str,
     chain_config = options_from(ChainTrainingOptions, kwargs)
     opts = options_from(
         NnetComputeProbOptions, kwargs, optimize_config=optimize, compiler_config=compiler,
+        disk_cache_dir=disk_cache_dir_from(kwargs),
         compute_config=NnetComputeOptions(debug=debug or kwargs["debug_computation"],
                                           compress_matrices=False))
     nnet = read_nnet(args[0])

@@ -11,7 +11,8 @@ from ..train.trainer import NnetTrainerOptions
 from .common import (bool_option, check_num_args, kaldi_command, options_from, register_options,
                      run)
 from .options import (BLAS_PRODUCTS_USE, apply_num_threads, build_compile_options,
-                      compiler_and_computation_options, num_threads_option, use_gpu_option)
+                      compiler_and_computation_options, disk_cache_dir_from,
+                      disk_cache_options, num_threads_option, use_gpu_option)
 
 USAGE = """Train nnet3+chain neural network parameters with backprop and stochastic
 gradient descent.  Minibatches are to be created by nnet3-chain-merge-egs in
@@ -24,8 +25,8 @@ Usage:  nnet3-chain-train [options] <raw-nnet-in> <denominator-fst-in> <chain-tr
 \b
 nnet3-chain-train 1.raw den.fst 'ark:nnet3-merge-egs 1.cegs ark:-|' 2.raw
 
-Computation caches (--read-cache, --write-cache) are pynnet3's own, as for
-nnet3-train.  The output model is written atomically."""
+Computation caches (the on-disk cache, --read-cache and --write-cache) are
+pynnet3's own, as for nnet3-train.  The output model is written atomically."""
 
 
 # As nnet3-train (cli/train.py): one BLAS thread unless --num-threads or a
@@ -52,6 +53,7 @@ BLAS_THREADS = 1
     "momentum", "l2_regularize_factor", "batchnorm_stats_scale", "backstitch_training_scale",
     "backstitch_training_interval", "read_cache", "write_cache", "binary_write_cache"))
 @compiler_and_computation_options
+@disk_cache_options()
 @register_options(ChainTrainingOptions)
 @register_options(NnetChainTrainingOptions, names=("apply_deriv_weights",))
 @num_threads_option(BLAS_PRODUCTS_USE)
@@ -76,7 +78,7 @@ def command(srand: int, binary: bool, use_gpu: str, cpu_backend: str, num_thread
     nnet_config = options_from(
         NnetTrainerOptions, kwargs, debug_computation=debug, optimize_config=optimize,
         compute_config=NnetComputeOptions(debug=debug, compress_matrices=False),
-        compiler_config=compiler)
+        compiler_config=compiler, disk_cache_dir=disk_cache_dir_from(kwargs))
     chain_config = options_from(ChainTrainingOptions, kwargs)
     opts = options_from(NnetChainTrainingOptions, kwargs, names=("apply_deriv_weights",),
                         nnet_config=nnet_config, chain_config=chain_config)

@@ -9,7 +9,8 @@ from ..train.diagnostics import NnetComputeProbOptions
 from .common import (bool_option, check_num_args, kaldi_command, options_from, register_options,
                      run)
 from .options import (BLAS_PRODUCTS_USE, apply_num_threads, build_compile_options,
-                      compiler_and_computation_options, num_threads_option)
+                      compiler_and_computation_options, disk_cache_dir_from,
+                      disk_cache_options, num_threads_option)
 
 USAGE = """Computes and prints in logging messages the average log-prob per frame of
 the given data with an nnet3 neural net.  The input of this is the output of
@@ -38,6 +39,7 @@ BLAS_THREADS = 1
              "using it (for efficiency).")
 @register_options(NnetComputeProbOptions)
 @compiler_and_computation_options
+@disk_cache_options()
 @num_threads_option(BLAS_PRODUCTS_USE)
 @click.option("--cpu-backend", type=click.Choice(["numpy", "numba"]), default="numpy",
               show_default=True, help="(pynnet3) How to compute on the CPU: numpy (NumPy and "
@@ -67,6 +69,7 @@ def command(batchnorm_test_mode: bool, dropout_test_mode: bool, collapse_model: 
         collapse(nnet, CollapseModelConfig())
     opts = options_from(
         NnetComputeProbOptions, kwargs, optimize_config=optimize, compiler_config=compiler,
+        disk_cache_dir=disk_cache_dir_from(kwargs),
         compute_config=NnetComputeOptions(debug=debug or kwargs["debug_computation"],
                                           compress_matrices=False))
     # Kaldi's nnet3-compute-prob has no GPU option: it runs on the CPU, by

@@ -28,6 +28,7 @@ from .common import bool_option, options_from, register_options
 __all__ = ["optimization_options", "optimize_options_from", "compiler_options",
            "compiler_options_from", "computation_options", "computation_options_from",
            "compiler_and_computation_options", "build_compile_options", "disk_cache_options",
+           "disk_cache_dir_from",
            "use_gpu_option", "num_threads_option", "apply_num_threads"]
 
 OPTIMIZATION_PREFIX = "optimization"
@@ -97,6 +98,21 @@ def disk_cache_options(note: str = "(pynnet3) ") -> Callable[[Callable], Callabl
                             "~/.cache/pynnet3/computations).")(f)
 
     return deco
+
+
+def disk_cache_dir_from(kwargs: dict[str, Any]) -> str | None:
+    """The on-disk cache folder that :func:`disk_cache_options` asked for
+    (``cache_dir`` and ``use_disk_cache``, removed from ``kwargs``): the
+    given ``--cache-dir``, else the default folder; None with
+    ``--use-disk-cache=false``."""
+    cache_dir = kwargs.pop("cache_dir")
+    if not kwargs.pop("use_disk_cache"):
+        return None
+    if cache_dir:
+        return cache_dir
+    from ..cache import default_cache_dir
+
+    return str(default_cache_dir())
 
 
 def use_gpu_option(default: str | None, help: str,

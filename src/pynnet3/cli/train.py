@@ -9,7 +9,8 @@ from ..train.trainer import NnetTrainerOptions
 from .common import (bool_option, check_num_args, kaldi_command, options_from, register_options,
                      run)
 from .options import (BLAS_PRODUCTS_USE, apply_num_threads, build_compile_options,
-                      compiler_and_computation_options, num_threads_option, use_gpu_option)
+                      compiler_and_computation_options, disk_cache_dir_from,
+                      disk_cache_options, num_threads_option, use_gpu_option)
 
 USAGE = """Train nnet3 neural network parameters with backprop and stochastic
 gradient descent.  Minibatches are to be created by nnet3-merge-egs in
@@ -24,14 +25,19 @@ Usage:  nnet3-train [options] <raw-model-in> <training-examples-in> <raw-model-o
 e.g.:
 nnet3-train 1.raw 'ark:nnet3-merge-egs 1.egs ark:-|' 2.raw
 
-Computation caches (--read-cache, --write-cache): pynnet3 cannot read Kaldi's
-cache files (it warns and compiles afresh, as Kaldi does when the file is
-missing).  Its own cache is a set of self-verifying entries (no pickle): a
-path that is an existing directory is used as the cache directory itself
-(read and added to); any other path is a single bundle file holding the
-entries, so that '--read-cache=cache.N --write-cache=cache.N+1' works as in
-Kaldi's scripts.  --binary-write-cache is accepted and has no effect.  The
-output model is written atomically (temporary file and rename).  A progress
+Computation caches: a run keeps the computations it compiles in pynnet3's
+on-disk cache (--cache-dir, as nnet3-compute does), so that the next job
+of a recipe with the same network and minibatch shapes loads them instead
+of compiling; --use-disk-cache=false turns it off.  --read-cache and
+--write-cache, when given, take its place, as in Kaldi.  pynnet3 cannot
+read Kaldi's cache files (it warns and compiles afresh, as Kaldi does when
+the file is missing).  Its own cache is a set of self-verifying entries
+(no pickle): a path that is an existing directory is used as the cache
+directory itself (read and added to); any other path is a single bundle
+file holding the entries, so that '--read-cache=cache.N
+--write-cache=cache.N+1' works as in Kaldi's scripts.
+--binary-write-cache is accepted and has no effect.  The output model is
+written atomically (temporary file and rename).  A progress
 line is shown on stderr when it is a terminal."""
 
 
@@ -61,6 +67,7 @@ BLAS_THREADS = 1
     "momentum", "l2_regularize_factor", "batchnorm_stats_scale", "backstitch_training_scale",
     "backstitch_training_interval", "read_cache", "write_cache", "binary_write_cache"))
 @compiler_and_computation_options
+@disk_cache_options()
 @num_threads_option(BLAS_PRODUCTS_USE)
 @click.argument("args", nargs=-1)
 def command(srand: int, binary: bool, use_gpu: str, cpu_backend: str, num_threads: int,
@@ -82,7 +89,7 @@ def command(srand: int, binary: bool, use_gpu: str, cpu_backend: str, num_thread
     config = options_from(
         NnetTrainerOptions, kwargs, debug_computation=debug, optimize_config=optimize,
         compute_config=NnetComputeOptions(debug=debug, compress_matrices=False),
-        compiler_config=compiler)
+        compiler_config=compiler, disk_cache_dir=disk_cache_dir_from(kwargs))
     set_random_seed(srand)
     rand = GlibcRand(srand)
     # (Kaldi's --use-gpu=no; on the CPU the NumPy backend by default: as fast

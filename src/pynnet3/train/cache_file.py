@@ -99,18 +99,22 @@ class CacheLocation:
     """Where a CachingCompiler keeps its disk cache for one run, given Kaldi's
     ``--read-cache`` and ``--write-cache`` values ("" = not given).
 
-    ``cache_dir`` is None when neither is given (then no disk cache is used,
-    as in Kaldi).  Call :meth:`finish` at the end of the run (Kaldi writes the
-    cache in the trainer's destructor); it writes ``--write-cache`` and
-    removes the temporary directory, if one was made.
+    When neither is given, ``cache_dir`` is ``default_dir``: the binaries
+    pass pynnet3's own on-disk cache there (``--cache-dir``, on unless
+    ``--use-disk-cache=false``), and None (no disk cache, as in Kaldi) is the
+    library's default.  Call :meth:`finish` at the end of the run (Kaldi
+    writes the cache in the trainer's destructor); it writes
+    ``--write-cache`` and removes the temporary directory, if one was made.
     """
 
-    def __init__(self, read_cache: str = "", write_cache: str = "") -> None:
+    def __init__(self, read_cache: str = "", write_cache: str = "",
+                 default_dir: str | os.PathLike | None = None) -> None:
         self.read_cache = read_cache
         self.write_cache = write_cache
         self._tmp: Path | None = None
         self.cache_dir: Path | None = None
         if not read_cache and not write_cache:
+            self.cache_dir = Path(default_dir) if default_dir is not None else None
             return
         read_dir = Path(read_cache) if read_cache and os.path.isdir(read_cache) else None
         write_dir = Path(write_cache) if write_cache and os.path.isdir(write_cache) else None

@@ -54,6 +54,9 @@ class NnetComputeProbOptions:
     optimize_config: Any = None          # OptimizeOptions; None = defaults
     compute_config: NnetComputeOptions = field(default_factory=_kaldi_compute_options)
     compiler_config: CachingCompilerOptions = field(default_factory=CachingCompilerOptions)
+    # pynnet3: the on-disk computation cache (the binaries' --cache-dir);
+    # None = none.
+    disk_cache_dir: str | None = None
 
 
 @dataclass
@@ -108,7 +111,8 @@ class NnetComputeProb:
             optimize_config = (config.optimize_config if config.optimize_config is not None
                                else default_optimize_options())
             compiler = CachingCompiler(nnet, config.compiler_config, optimize_config,
-                                       use_disk=False)
+                                       cache_dir=config.disk_cache_dir,
+                                       use_disk=config.disk_cache_dir is not None)
         self.compiler = compiler
         self.num_minibatches_processed = 0
         self.objf_info: dict[str, SimpleObjectiveInfo] = {}

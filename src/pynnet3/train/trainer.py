@@ -119,6 +119,9 @@ class NnetTrainerOptions:
     optimize_config: Any = None           # OptimizeOptions; None = defaults
     compute_config: NnetComputeOptions = field(default_factory=_kaldi_compute_options)
     compiler_config: CachingCompilerOptions = field(default_factory=CachingCompilerOptions)
+    # pynnet3: the on-disk computation cache to use when neither --read-cache
+    # nor --write-cache is given (the binaries' --cache-dir); None = none.
+    disk_cache_dir: str | None = None
 
     def check(self) -> None:
         if (self.momentum < 0.0 or self.max_param_change < 0.0
@@ -277,7 +280,8 @@ class NnetTrainer:
         self.backend = backend
         optimize_config = (config.optimize_config if config.optimize_config is not None
                            else default_optimize_options())
-        self.cache_location = CacheLocation(config.read_cache, config.write_cache)
+        self.cache_location = CacheLocation(config.read_cache, config.write_cache,
+                                            config.disk_cache_dir)
         self.compiler = CachingCompiler(
             nnet, config.compiler_config, optimize_config,
             cache_dir=self.cache_location.cache_dir,
