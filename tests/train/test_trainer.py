@@ -489,6 +489,119 @@ def test_get_num_nvalues() -> None:
     assert get_num_nvalues(egs[0].io, False, GlibcRand(1).rand_int) == 16
 
 
+# -- updates straight into the network (NnetTrainer.updates_in_place) -----------
+
+def _train_without_limits(case: str, num_egs: int, in_place: bool,
+                          monkeypatch: pytest.MonkeyPatch) -> tuple:
+    """(network, trainer, log) after ``num_egs`` minibatches with no limit of
+    any kind (so that the updates may go into the network), forcing the
+    delta network when ``in_place`` is False."""
+    if not in_place:
+        monkeypatch.setattr(NnetTrainer, "updates_in_place", lambda self, computation: False)
+    else:
+        monkeypatch.undo()
+    nnet = read_nnet(str(case_dir(case) / "0.raw"))
+    for comp in nnet.components:
+        if comp.is_updatable():
+            comp.max_change = 0.0
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        with NnetTrainer(NnetTrainerOptions(max_param_change=0.0), nnet, GlibcRand(1)) as tr:
+            for eg in examples(case)[:num_egs]:
+                tr.train(eg)
+            tr.print_total_stats()
+    return nnet, tr, err.getvalue()
+
+
+@pytest.mark.parametrize("case", curated("train", ["affine_xent", "ngaffine_bn"]))
+def test_in_place_updates_match_the_delta_network(case: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no max-change, momentum, l2 or backstitch the updates go straight
+    into the network (no delta network is made) and give the model of the
+    delta network's way up to float rounding (affine, natural-gradient
+    affine, TDNN and linear components; batch-norm stats too), and the
+    same log lines."""
+    ours, trainer, log_in_place = _train_without_limits(case, 6, True, monkeypatch)
+    assert trainer._delta_nnet is None
+    ref, ref_trainer, log_delta = _train_without_limits(case, 6, False, monkeypatch)
+    assert ref_trainer._delta_nnet is not None
+    diffs = max_relative_difference(ours, ref)
+    assert diffs and max(diffs.values()) < 2e-5, diffs
+    # the same lines, and numbers equal to about the printed precision
+    assert [re.sub(FLOAT, "#", m) for m in log_in_place.splitlines()] == \
+        [re.sub(FLOAT, "#", m) for m in log_delta.splitlines()]
+    assert [float(x) for x in re.findall(FLOAT, log_in_place)] == \
+        pytest.approx([float(x) for x in re.findall(FLOAT, log_delta)], rel=1e-4)
+
+
+def test_in_place_updates_only_when_nothing_needs_the_change() -> None:
+    from pynnet3.compile.request_io import build_request
+    from pynnet3.nnet.nnet import Nnet
+    from pynnet3.optimize.options import OptimizeOptions
+    from pynnet3.train.trainer import _in_place_update_possible, components_read_after_update
+
+    def nnet_of(cfg: str) -> Nnet:
+        nnet = Nnet()
+        nnet.read_config(cfg)
+        return nnet
+
+    plain = _two_affine_nnets()
+    assert _in_place_update_possible(NnetTrainerOptions(max_param_change=0.0), plain) == {0, 2}
+    for options in (NnetTrainerOptions(),                      # --max-param-change=2
+                    NnetTrainerOptions(max_param_change=0.0, momentum=0.5),
+                    NnetTrainerOptions(max_param_change=0.0, backstitch_training_scale=0.3)):
+        assert not _in_place_update_possible(options, plain)
+    no_limits = NnetTrainerOptions(max_param_change=0.0)
+    assert not _in_place_update_possible(no_limits, _two_affine_nnets(max_change=0.5))
+    assert not _in_place_update_possible(no_limits, _two_affine_nnets(l2=0.01))
+    assert _in_place_update_possible(NnetTrainerOptions(max_param_change=0.0,
+                                                        l2_regularize_factor=0.0),
+                                     _two_affine_nnets(l2=0.01))
+    # another updatable type; one component run by two nodes
+    block = nnet_of("input-node name=input dim=4\n"
+                    "component name=a type=BlockAffineComponent input-dim=4 output-dim=4 "
+                    "num-blocks=2\n"
+                    "component-node name=a component=a input=input\n"
+                    "output-node name=output input=a\n")
+    assert not _in_place_update_possible(no_limits, block)
+    shared = nnet_of("input-node name=input dim=4\n"
+                     "component name=a type=AffineComponent input-dim=4 output-dim=4\n"
+                     "component-node name=a1 component=a input=input\n"
+                     "component-node name=a2 component=a input=a1\n"
+                     "output-node name=output input=a2\n")
+    assert not _in_place_update_possible(no_limits, shared)
+    # A recurrent node is split into per-time-step Backprops; model-update
+    # consolidation (the default) leaves one that updates, after the others:
+    # in place is fine.  Without it, each step's Backprop updates and the
+    # later ones would see the updated parameters: the delta network.
+    recurrent = nnet_of("input-node name=input dim=4\n"
+                        "component name=a type=AffineComponent input-dim=7 output-dim=3\n"
+                        "component-node name=a component=a "
+                        "input=Append(input, IfDefined(Offset(a, -1)))\n"
+                        "output-node name=output input=a\n")
+    assert _in_place_update_possible(no_limits, recurrent) == {0}
+    request = build_request(recurrent, 2, 5, need_model_derivative=True, context=(0, 0))
+    err = io.StringIO()
+    for consolidate, late in ((True, frozenset()), (False, {0})):
+        opts = copy.deepcopy(no_limits)
+        opts.optimize_config = OptimizeOptions(consolidate_model_update=consolidate)
+        with contextlib.redirect_stderr(err), \
+                NnetTrainer(opts, recurrent, GlibcRand(1)) as trainer:
+            computation = trainer.compiler.compile(request)
+            types = [c.command_type.name for c in computation.commands]
+            assert types.count("BACKPROP") == (1 if consolidate else 5)
+            assert components_read_after_update(computation) == late
+            assert trainer.updates_in_place(computation) == consolidate
+    with contextlib.redirect_stderr(err), \
+            NnetTrainer(no_limits, plain, GlibcRand(1)) as trainer:
+        computation = trainer.compiler.compile(
+            build_request(plain, 2, 5, need_model_derivative=True, context=(0, 0)))
+        assert components_read_after_update(computation) == frozenset()
+        assert trainer.updates_in_place(computation)
+        trainer.delta_nnet                  # once made, the delta network is used
+        assert not trainer.updates_in_place(computation)
+
+
 def test_computations_are_reused_per_example_shape(monkeypatch: pytest.MonkeyPatch) -> None:
     """Minibatches of one shape are compiled once (later ones count as
     memory hits); an example of another shape gets its own computation."""

@@ -17,6 +17,14 @@ For each minibatch (a merged NnetExample) :meth:`NnetTrainer.train`
    constraint, and scales ``delta_nnet`` by the momentum (0 by default), so
    that with momentum the next step includes part of this one.
 
+When nothing in step 3 needs the change before it is applied (no
+max-change of any kind, no momentum, no l2 regularization, no backstitch),
+each component's update goes straight into the network instead
+(:meth:`NnetTrainer.updates_in_place`), as a PyTorch optimizer step does:
+that saves adding ``delta_nnet`` to the network and zeroing it again, two
+passes over every parameter per minibatch, and gives the same model up to
+float rounding (the product and the addition round once instead of twice).
+
 Backstitch training (``backstitch_training_scale`` > 0) replaces step 2-3 on
 every ``backstitch_training_interval``-th minibatch with a small step
 against the gradient followed by a larger step along a new gradient.
@@ -41,8 +49,10 @@ import numpy as np
 from .. import log
 from ..cache import CachingCompiler, CachingCompilerOptions, default_optimize_options
 from ..compute.computer import NnetComputeOptions, NnetComputer
+from ..compile.computation import CommandType
 from ..errors import PynnetError
-from ..nnet.components.base import fmt_g, set_random_seed
+from ..nnet.components.base import Prop, fmt_g, set_random_seed
+from ..nnet.nnet import NodeType
 from .cache_file import CacheLocation
 from .eg_request import accept_example_inputs, get_computation_request
 from .kaldi_random import GlibcRand
@@ -261,6 +271,77 @@ def keep_freed_heap() -> bool:
     return _heap_kept
 
 
+def _in_place_types() -> tuple[type, ...]:
+    """Component types whose Backprop computes the input derivative before
+    updating, and whose update only adds to its own parameters (so that the
+    update may go to the component itself rather than to its copy in
+    ``delta_nnet``)."""
+    from ..nnet.components.affine import (AffineComponent, LinearComponent,
+                                          NaturalGradientAffineComponent)
+    from ..nnet.components.tdnn import TdnnComponent
+
+    return (AffineComponent, NaturalGradientAffineComponent, LinearComponent, TdnnComponent)
+
+
+def _in_place_update_possible(config: NnetTrainerOptions, nnet: "Nnet") -> frozenset[int]:
+    """The updatable components' indexes if the options and the network let
+    the updates go straight into the network (see
+    :meth:`NnetTrainer.updates_in_place`), else the empty set: no global or
+    per-component max-change, no momentum, no backstitch, no l2
+    regularization, only the component types of :func:`_in_place_types`
+    (exactly those types), none of them used by two nodes."""
+    if (config.max_param_change != 0.0 or config.momentum != 0.0
+            or config.backstitch_training_scale != 0.0):
+        return frozenset()
+    types = _in_place_types()
+    updatable = []
+    for c, comp in enumerate(nnet.components):
+        if not comp.properties() & Prop.UPDATABLE:
+            continue
+        if (type(comp) not in types or comp.is_gradient or comp.max_change != 0.0
+                or (comp.l2_regularize != 0.0 and config.l2_regularize_factor != 0.0)):
+            return frozenset()
+        updatable.append(c)
+    if not updatable:
+        return frozenset()
+    uses: dict[int, int] = {}
+    for node in nnet.nodes:
+        if node.node_type is NodeType.COMPONENT:
+            uses[node.component_index] = uses.get(node.component_index, 0) + 1
+    if any(uses.get(c, 0) > 1 for c in updatable):
+        return frozenset()
+    return frozenset(updatable)
+
+
+_READS_PARAMS = (CommandType.PROPAGATE, CommandType.BACKPROP,
+                 CommandType.BACKPROP_NO_MODEL_UPDATE)
+
+
+def components_read_after_update(computation: Any) -> frozenset[int]:
+    """Components whose parameters a command of ``computation`` uses after a
+    model-updating Backprop of the same component (a second Backprop
+    included); kept with the computation, which is all it depends on.
+
+    Usually none: each component node has one Backprop, and the optimizer's
+    model-update consolidation turns the per-time-step Backprops of a
+    recurrent node into BackpropNoModelUpdate commands followed by one
+    Backprop that updates (without it, with
+    ``--optimization.consolidate-model-update=false``, there is one updating
+    Backprop per step)."""
+    memo = computation.__dict__.get("_components_read_after_update")
+    if memo is None:
+        updated: set[int] = set()
+        late: set[int] = set()
+        for cmd in computation.commands:
+            if cmd.command_type in _READS_PARAMS:
+                if cmd.arg1 in updated:
+                    late.add(cmd.arg1)
+                if cmd.command_type is CommandType.BACKPROP:
+                    updated.add(cmd.arg1)
+        memo = computation.__dict__["_components_read_after_update"] = frozenset(late)
+    return memo
+
+
 class NnetTrainer:
     """Kaldi's NnetTrainer.  ``nnet`` is trained in place.
 
@@ -294,11 +375,38 @@ class NnetTrainer:
         self.objf_info: dict[str, ObjectiveFunctionInfo] = {}
         if config.zero_component_stats:
             zero_component_stats(nnet)
-        # The gradient holder: same components (learning rates, max-change,
-        # natural-gradient settings) with parameters and stats at zero.
-        self.delta_nnet = copy.deepcopy(nnet)
-        scale_nnet(0.0, self.delta_nnet)
+        # The gradient holder (see the delta_nnet property), made when first
+        # needed: never when every minibatch updates in place.
+        self._delta_nnet: "Nnet | None" = None
+        self._in_place_possible = _in_place_update_possible(config, nnet)
         self._closed = False
+
+    @property
+    def delta_nnet(self) -> "Nnet":
+        """The gradient holder: the network's components (learning rates,
+        max-change, natural-gradient settings and state) with parameters and
+        stats at zero."""
+        if self._delta_nnet is None:
+            self._delta_nnet = copy.deepcopy(self.nnet)
+            scale_nnet(0.0, self._delta_nnet)
+        return self._delta_nnet
+
+    def updates_in_place(self, computation: Any) -> bool:
+        """Whether the backward pass of ``computation`` may update the
+        network's own components instead of ``delta_nnet``.
+
+        That needs (besides the options, checked once) no command to use an
+        updatable component's parameters after its update: a component's
+        Backprop computes the input derivative before updating, but a later
+        command (a second Backprop of the same component, as for a
+        recurrent node without model-update consolidation) would see the
+        updated parameters.  Once ``delta_nnet`` exists (an earlier
+        minibatch needed it) it keeps being used, so that the natural-gradient
+        state lives in one place."""
+        if not self._in_place_possible or self._delta_nnet is not None:
+            return False
+        return not (components_read_after_update(computation)
+                    & self._in_place_possible)
 
     # -- the public interface ---------------------------------------------------
     def train(self, eg: "NnetExample") -> None:
@@ -318,7 +426,8 @@ class NnetTrainer:
             self._train_internal(eg, computation)
         if self.num_minibatches_processed == 0:
             consolidate_memory(self.nnet)
-            consolidate_memory(self.delta_nnet)
+            if self._delta_nnet is not None:
+                consolidate_memory(self._delta_nnet)
         self.num_minibatches_processed += 1
 
     def print_total_stats(self) -> bool:
@@ -397,14 +506,14 @@ class NnetTrainer:
         set_random_seed(seed)
         reset_generators(self.nnet)
 
-    def _new_computer(self, computation: Any) -> NnetComputer:
+    def _new_computer(self, computation: Any, in_place: bool = False) -> NnetComputer:
         return NnetComputer(self.config.compute_config, computation, self.nnet,
-                            nnet_to_update=self.delta_nnet, backend=self.backend,
-                            nnet_to_store_stats=self.nnet)
+                            nnet_to_update=self.nnet if in_place else self.delta_nnet,
+                            backend=self.backend, nnet_to_store_stats=self.nnet)
 
     def _forward_backward(self, eg: "NnetExample", computation: Any,
-                          is_backstitch_step2: bool) -> None:
-        computer = self._new_computer(computation)
+                          is_backstitch_step2: bool, in_place: bool = False) -> None:
+        computer = self._new_computer(computation, in_place)
         self._accept_inputs(computer, eg)
         computer.run()
         self._process_outputs(is_backstitch_step2, eg, computer)
@@ -412,16 +521,25 @@ class NnetTrainer:
 
     def _train_internal(self, eg: "NnetExample", computation: Any) -> None:
         cfg = self.config
-        self._forward_backward(eg, computation, False)
-        apply_l2_regularization(
-            self.nnet, get_num_nvalues(self._nvalues_ios(eg), False, self.rand.rand_int)
-            * cfg.l2_regularize_factor, self.delta_nnet)
-        success = update_nnet_with_max_change(self.delta_nnet, cfg.max_param_change, 1.0,
-                                              1.0 - cfg.momentum, self.nnet,
-                                              self.max_change_stats)
+        in_place = self.updates_in_place(computation)
+        self._forward_backward(eg, computation, False, in_place)
+        # (drawn in either case: the GetNumNvalues check keeps Kaldi's
+        # random stream in step)
+        num_nvalues = get_num_nvalues(self._nvalues_ios(eg), False, self.rand.rand_int)
+        if in_place:
+            # The change is in the network already; with no limit of any
+            # kind the update would have added it whole, finite or not.
+            self.max_change_stats.num_minibatches_processed += 1
+        else:
+            apply_l2_regularization(self.nnet, num_nvalues * cfg.l2_regularize_factor,
+                                    self.delta_nnet)
+            success = update_nnet_with_max_change(self.delta_nnet, cfg.max_param_change, 1.0,
+                                                  1.0 - cfg.momentum, self.nnet,
+                                                  self.max_change_stats)
         scale_batchnorm_stats(cfg.batchnorm_stats_scale, self.nnet)
         constrain_orthonormal(self.nnet, self.rand.rand_int)
-        scale_nnet(cfg.momentum if success else 0.0, self.delta_nnet)
+        if not in_place:
+            scale_nnet(cfg.momentum if success else 0.0, self.delta_nnet)
 
     def _train_internal_backstitch(self, eg: "NnetExample", computation: Any,
                                    is_backstitch_step1: bool) -> None:
