@@ -17,7 +17,9 @@ OPENBLAS/OMP/MKL/NUMBA_NUM_THREADS=N, ``default`` unsets them) it prints:
 * ``process``: real Kaldi's ``nnet3-train --srand=1 0.raw ark:mergedN.ark``
   and pynnet3's same command on the same model and egs, run alternately
   (bench/kaldi_side.py), best of ``--runs``: whole-process wall time
-  (start-up, model and egs reading, compilation, writing), CPU time, peak
+  (start-up, model and egs reading, compilation - for pynnet3 a load from
+  its on-disk computation cache, filled by the unmeasured warm-up run, as in
+  a recipe's later jobs - writing), CPU time, peak
   RSS, and the speed ratio pynnet3 / Kaldi.  The checkout's bytecode is
   compiled first (as installing does), so that start-up is an installed
   package's.  Kaldi is found through
