@@ -106,7 +106,6 @@ class FastPaths:
     #: per-command loop rather than the array checks (0: always arrays).
     check_indexes_loop_below: int = 256
 
-
     def analysis_loop_loaded(self, kernel: Any, size: int) -> bool:
         """Whether the optimizer's compiled loop ``kernel`` (a
         :class:`~pynnet3.numba_cache.LazyKernel`) takes an input of ``size``

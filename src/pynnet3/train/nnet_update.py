@@ -32,7 +32,8 @@ __all__ = ["num_updatable_components", "zero_component_stats", "scale_nnet", "ad
            "add_nnet_components", "component_dot_products", "dot_product",
            "set_nnet_as_gradient", "freeze_natural_gradient", "scale_batchnorm_stats",
            "reset_generators", "apply_l2_regularization", "get_num_nvalues", "MaxChangeStats",
-           "update_nnet_with_max_change", "print_vector_per_updatable_component",
+           "update_nnet_with_max_change", "change_limits_set",
+           "print_vector_per_updatable_component",
            "consolidate_memory"]
 
 
@@ -254,6 +255,14 @@ class MaxChangeStats:
             log.log(f"The global max-change was enforced {fmt_g(pct)} % of the time.")
 
 
+def change_limits_set(nnet: "Nnet", max_param_change: float) -> bool:
+    """Whether a parameter change may be limited: a ``--max-param-change``
+    or some updatable component's ``max-change``."""
+    return max_param_change != 0.0 or any(
+        F32(_as_updatable(comp).max_change) != 0.0
+        for comp in nnet.components if _updatable(comp))
+
+
 def update_nnet_with_max_change(delta_nnet: "Nnet", max_param_change: float,
                                 max_change_scale: float, scale: float, nnet: "Nnet",
                                 stats: MaxChangeStats | None = None) -> bool:
@@ -275,13 +284,11 @@ def update_nnet_with_max_change(delta_nnet: "Nnet", max_param_change: float,
     min_scale = F32(1.0)
     min_name = ""
     max_change_with_min_scale = 0.0
-    # The norms of the changes decide nothing when no limit is set (no
-    # --max-param-change, no component max-change): every factor is then
-    # 1 and nothing is logged, so they are not computed (Kaldi computes
-    # them anyway; a change that is not finite is applied either way).
-    need_norms = max_param_change != 0.0 or any(
-        F32(_as_updatable(comp).max_change) != 0.0
-        for comp in delta_nnet.components if _updatable(comp))
+    # The norms of the changes decide nothing when no limit is set: every
+    # factor is then 1 and nothing is logged, so they are not computed
+    # (Kaldi computes them anyway; a change that is not finite is applied
+    # either way).
+    need_norms = change_limits_set(delta_nnet, max_param_change)
     i = 0
     for c, comp in enumerate(delta_nnet.components):
         if not _updatable(comp):

@@ -40,7 +40,7 @@ import copy
 import ctypes
 import os
 import sys
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -51,15 +51,15 @@ from ..cache import CachingCompiler, CachingCompilerOptions, default_optimize_op
 from ..compute.computer import NnetComputeOptions, NnetComputer
 from ..compile.computation import CommandType
 from ..errors import PynnetError
-from ..nnet.components.base import Prop, fmt_g, set_random_seed
+from ..nnet.components.base import fmt_g, set_random_seed
 from ..nnet.nnet import NodeType
 from .cache_file import CacheLocation
 from .eg_request import accept_example_inputs, get_computation_request
 from .kaldi_random import GlibcRand
-from .nnet_update import (MaxChangeStats, apply_l2_regularization, consolidate_memory,
-                          freeze_natural_gradient, get_num_nvalues, reset_generators,
-                          scale_batchnorm_stats, scale_nnet, update_nnet_with_max_change,
-                          zero_component_stats)
+from .nnet_update import (MaxChangeStats, apply_l2_regularization, change_limits_set,
+                          consolidate_memory, freeze_natural_gradient, get_num_nvalues,
+                          reset_generators, scale_batchnorm_stats, scale_nnet,
+                          update_nnet_with_max_change, zero_component_stats)
 from .objective import compute_objective_function
 from .orthonormal import constrain_orthonormal
 
@@ -290,25 +290,19 @@ def _in_place_update_possible(config: NnetTrainerOptions, nnet: "Nnet") -> froze
     per-component max-change, no momentum, no backstitch, no l2
     regularization, only the component types of :func:`_in_place_types`
     (exactly those types), none of them used by two nodes."""
-    if (config.max_param_change != 0.0 or config.momentum != 0.0
-            or config.backstitch_training_scale != 0.0):
+    if (config.momentum != 0.0 or config.backstitch_training_scale != 0.0
+            or change_limits_set(nnet, config.max_param_change)):
         return frozenset()
     types = _in_place_types()
-    updatable = []
-    for c, comp in enumerate(nnet.components):
-        if not comp.properties() & Prop.UPDATABLE:
-            continue
-        if (type(comp) not in types or comp.is_gradient or comp.max_change != 0.0
+    updatable = [c for c, comp in enumerate(nnet.components) if comp.is_updatable()]
+    for c in updatable:
+        comp = nnet.components[c]
+        if (type(comp) not in types or comp.is_gradient
                 or (comp.l2_regularize != 0.0 and config.l2_regularize_factor != 0.0)):
             return frozenset()
-        updatable.append(c)
-    if not updatable:
-        return frozenset()
-    uses: dict[int, int] = {}
-    for node in nnet.nodes:
-        if node.node_type is NodeType.COMPONENT:
-            uses[node.component_index] = uses.get(node.component_index, 0) + 1
-    if any(uses.get(c, 0) > 1 for c in updatable):
+    uses = Counter(node.component_index for node in nnet.nodes
+                   if node.node_type is NodeType.COMPONENT)
+    if any(uses[c] > 1 for c in updatable):
         return frozenset()
     return frozenset(updatable)
 
@@ -378,7 +372,7 @@ class NnetTrainer:
         # The gradient holder (see the delta_nnet property), made when first
         # needed: never when every minibatch updates in place.
         self._delta_nnet: "Nnet | None" = None
-        self._in_place_possible = _in_place_update_possible(config, nnet)
+        self._in_place_components = _in_place_update_possible(config, nnet)
         self._closed = False
 
     @property
@@ -403,10 +397,10 @@ class NnetTrainer:
         updated parameters.  Once ``delta_nnet`` exists (an earlier
         minibatch needed it) it keeps being used, so that the natural-gradient
         state lives in one place."""
-        if not self._in_place_possible or self._delta_nnet is not None:
+        if not self._in_place_components or self._delta_nnet is not None:
             return False
         return not (components_read_after_update(computation)
-                    & self._in_place_possible)
+                    & self._in_place_components)
 
     # -- the public interface ---------------------------------------------------
     def train(self, eg: "NnetExample") -> None:

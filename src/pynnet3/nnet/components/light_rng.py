@@ -15,8 +15,9 @@ draws, computed here exactly as NumPy computes them (same seeding, same
 and so every trained model, is the same as with NumPy's generator.  Any
 other use (``random`` with arguments, ``standard_normal``, arrays of
 integers ...) hands the exact state over to a real ``np.random.Generator``
-and goes on there, so the stream continues unbroken.  tests/nnet/test_light_rng.py checks the
-values and the hand-over against NumPy.
+and goes on there, so the stream continues unbroken.
+tests/nnet/test_light_rng.py checks the values and the hand-over against
+NumPy.
 """
 from __future__ import annotations
 
