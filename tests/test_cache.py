@@ -123,25 +123,35 @@ def test_key_ignores_parameters_but_not_structure(tmp_path: Path) -> None:
 
 def test_code_fingerprint_only_when_a_disk_key_is_needed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without the disk cache the source files are never hashed (a compile
-    and a memory hit included); the key made later is the key made from the
-    whole context (fingerprint, options, structure) at once."""
+    """Without the disk cache the source files are never hashed and the
+    network's structure text is never made (a compile and a memory hit
+    included); the key made later is the key made from the whole context
+    (fingerprint, options, structure) at once."""
     calls = []
+    structures = []
     real = cache_mod.code_fingerprint
+    real_structure = cache_mod.component_structure
 
     def counted() -> str:
         calls.append(1)
         return real()
 
+    def counted_structure(component):
+        structures.append(1)
+        return real_structure(component)
+
     monkeypatch.setattr(cache_mod, "code_fingerprint", counted)
+    monkeypatch.setattr(cache_mod, "component_structure", counted_structure)
     nnet = _nnet()
     compiler = CachingCompiler(nnet, use_disk=False)
     request = _request()
     compiler.compile(request)
     compiler.compile(request)
-    assert calls == [] and compiler.num_memory_hits == 1
+    assert calls == [] and structures == [] and compiler.num_memory_hits == 1
     key = compiler.key(request)
-    assert len(calls) == 1
+    assert len(calls) == 1 and len(structures) == nnet.num_components()
+    compiler.key(request)
+    assert len(calls) == 1 and len(structures) == nnet.num_components()
     assert key == CachingCompiler(_nnet(), cache_dir=tmp_path / "c").key(request)
     import json
     from pynnet3.io.hashing import sha256

@@ -583,13 +583,32 @@ class CachingCompiler:
                 getattr(compile_fn, "__qualname__", None) or type(compile_fn).__qualname__),
             "optimize-options": _options_description(self.optimize_options),
         }
-        structures, self._component_keys = _component_keys(nnet)
-        # The digest of the disk keys is made when a disk key is first
-        # needed: its code fingerprint reads and hashes every source file of
-        # compile/, optimize/ and nnet/ (~7 ms), which a run without the disk
-        # cache (nnet3-train without --read-cache/--write-cache) never needs.
-        self._key_context = (context, nnet_structure_text(nnet, structures))
+        # What describes the network for the disk cache (the structure text
+        # of its nodes and components, ~1.3 ms for a 100-component TDNN-F)
+        # and the digest of the disk keys are made when first needed: the
+        # digest's code fingerprint reads and hashes every source file of
+        # compile/, optimize/ and nnet/ (~7 ms).  A compiler that never
+        # touches the disk needs neither.
+        self._context = context
+        self._structure_made: tuple[str, list[str]] | None = None
         self._context_digest_made: bytes | None = None
+
+    def _structure(self) -> tuple[str, list[str]]:
+        """(the network's structure text, the components' memo keys for
+        :func:`rebuild_precomputed_indexes`), made on first use."""
+        if self._structure_made is None:
+            structures, keys = _component_keys(self.nnet)
+            self._structure_made = (nnet_structure_text(self.nnet, structures), keys)
+        return self._structure_made
+
+    @property
+    def _component_keys(self) -> list[str]:
+        return self._structure()[1]
+
+    @property
+    def _key_context(self) -> tuple[dict[str, Any], str]:
+        """(the options and versions in the disk keys, the structure text)."""
+        return self._context, self._structure()[0]
 
     @property
     def _context_digest(self) -> bytes:
